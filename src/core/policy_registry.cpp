@@ -1,0 +1,58 @@
+// The policy registry: one table, in report order. Each policy lives in its own file under
+// src/core/policies/ and exposes a factory declared in policies/factories.h.
+#include <algorithm>
+#include <functional>
+
+#include "iser/error.h"
+#include "iser/policy.h"
+#include "policies/factories.h"
+
+namespace iser {
+namespace {
+
+struct PolicyEntry {
+  const char* name;
+  std::function<std::unique_ptr<Policy>(const Topology&, const PolicyOptions&)> make;
+};
+
+const std::vector<PolicyEntry>& registry() {
+  static const std::vector<PolicyEntry> entries = {
+      {"none", make_none_policy},
+      {"oracle", make_oracle_policy},
+  };
+  return entries;
+}
+
+}  // namespace
+
+std::vector<std::string> available_policies() {
+  std::vector<std::string> names;
+  for (const auto& entry : registry()) names.emplace_back(entry.name);
+  return names;
+}
+
+std::unique_ptr<Policy> make_policy(std::string_view name, const Topology& topo,
+                                    const PolicyOptions& options) {
+  const auto& entries = registry();
+  const auto it = std::find_if(entries.begin(), entries.end(),
+                               [&](const PolicyEntry& e) { return name == e.name; });
+  if (it == entries.end()) {
+    std::string known;
+    for (const auto& entry : entries) known += (known.empty() ? "" : ", ") + std::string(entry.name);
+    throw Error(fmt::format("unknown policy '{}' (known: {})", name, known));
+  }
+  return it->make(topo, options);
+}
+
+std::vector<RouteFlow> home_flows(const Topology& topo, const CountMatrix& counts) {
+  std::vector<RouteFlow> flows;
+  for (int s = 0; s < counts.num_ranks(); ++s) {
+    const auto row = counts.row(s);
+    for (int e = 0; e < counts.num_experts(); ++e) {
+      if (row[e] > 0) flows.push_back({s, e, topo.owner_of(e), row[e]});
+    }
+  }
+  return flows;
+}
+
+}  // namespace iser

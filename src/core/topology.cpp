@@ -1,0 +1,34 @@
+#include "iser/topology.h"
+
+#include "iser/error.h"
+
+namespace iser {
+
+Topology Topology::make(int num_ranks, int num_experts, int num_slots, int g_min) {
+  ISER_CHECK(num_ranks >= 2, "invalid EP degree P = {}: need P >= 2", num_ranks);
+  ISER_CHECK(num_ranks <= kMaxRanks, "invalid EP degree P = {}: at most {}", num_ranks, kMaxRanks);
+  ISER_CHECK(num_experts > 0 && num_experts <= kMaxExperts,
+             "invalid number of experts E = {}: need 1 <= E <= {}", num_experts, kMaxExperts);
+  ISER_CHECK(num_experts % num_ranks == 0,
+             "E = {} experts cannot be split evenly over P = {} ranks (P must divide E)",
+             num_experts, num_ranks);
+  ISER_CHECK(num_slots >= 0 && num_slots <= kMaxSlots,
+             "invalid helper slots S = {}: need 0 <= S <= {}", num_slots, kMaxSlots);
+  ISER_CHECK(g_min >= 1, "invalid g_min = {}: need g_min >= 1", g_min);
+  return Topology{num_ranks, num_experts, num_slots, g_min};
+}
+
+int Topology::num_levels() const {
+  int levels = 1;
+  // Level l >= 1 exists while 2^l divides P and P >> l >= g_min.
+  while (num_ranks % (1 << levels) == 0 && (num_ranks >> levels) >= g_min) ++levels;
+  return levels;
+}
+
+std::vector<int> Topology::group_sizes() const {
+  std::vector<int> sizes;
+  for (int level = 0; level < num_levels(); ++level) sizes.push_back(group_size(level));
+  return sizes;
+}
+
+}  // namespace iser

@@ -1,0 +1,27 @@
+# CLI smoke tests: each case runs the iser binary and checks the exit code and a substring of
+# the output. Invoked by ctest as `cmake -DISER=... -DSRC=... -P run_cli_tests.cmake`.
+set(failures 0)
+function(expect name expected_rc expected_text)
+  execute_process(COMMAND ${ISER} ${ARGN} RESULT_VARIABLE rc OUTPUT_VARIABLE out ERROR_VARIABLE err
+                  TIMEOUT 120)
+  set(all "${out}${err}")
+  if(expected_rc STREQUAL "nonzero")
+    if(rc EQUAL 0)
+      message(SEND_ERROR "${name}: expected a non-zero exit, got 0\n${all}")
+      math(EXPR failures "${failures}+1")
+    endif()
+  elseif(NOT rc EQUAL expected_rc)
+    message(SEND_ERROR "${name}: expected exit ${expected_rc}, got ${rc}\n${all}")
+  endif()
+  string(FIND "${all}" "${expected_text}" pos)
+  if(pos EQUAL -1)
+    message(SEND_ERROR "${name}: output lacks '${expected_text}'\n${all}")
+  endif()
+endfunction()
+
+expect(version 0 "iser 0.1.0" --version)
+expect(unknown_subcommand nonzero "" no-such-command)
+file(GLOB case_files ${SRC}/tests/cli/cases_*.cmake)
+foreach(f ${case_files})
+  include(${f})
+endforeach()

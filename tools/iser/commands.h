@@ -1,0 +1,10 @@
+// Subcommands of the `iser` CLI; each lives in its own cmd_<name>.cpp.
+#pragma once
+
+#include <CLI/CLI.hpp>
+
+namespace iser::cli {
+
+// (subcommands are added here as they land)
+
+}  // namespace iser::cli

@@ -1,0 +1,26 @@
+// iser: per-invocation replication of hot experts for EP MoE layers.
+#include <cstdio>
+
+#include <CLI/CLI.hpp>
+#include <fmt/format.h>
+
+#include "commands.h"
+#include "iser/error.h"
+
+int main(int argc, char** argv) {
+  CLI::App app{"iser: plan, measure and model per-invocation expert replication (ISER-MoE)"};
+  app.require_subcommand(1);
+  app.set_version_flag("--version", "iser 0.1.0");
+  try {
+    app.parse(argc, argv);
+  } catch (const CLI::ParseError& e) {
+    return app.exit(e);
+  } catch (const iser::Error& e) {
+    fmt::print(stderr, "iser: error: {}\n", e.what());
+    return 1;
+  } catch (const std::exception& e) {
+    fmt::print(stderr, "iser: error: {}\n", e.what());
+    return 1;
+  }
+  return 0;
+}
