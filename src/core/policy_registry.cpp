@@ -38,7 +38,8 @@ std::unique_ptr<Policy> make_policy(std::string_view name, const Topology& topo,
                                [&](const PolicyEntry& e) { return name == e.name; });
   if (it == entries.end()) {
     std::string known;
-    for (const auto& entry : entries) known += (known.empty() ? "" : ", ") + std::string(entry.name);
+    for (const auto& entry : entries)
+      known += (known.empty() ? "" : ", ") + std::string(entry.name);
     throw Error(fmt::format("unknown policy '{}' (known: {})", name, known));
   }
   return it->make(topo, options);
