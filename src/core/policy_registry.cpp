@@ -19,6 +19,11 @@ const std::vector<PolicyEntry>& registry() {
   static const std::vector<PolicyEntry> entries = {
       {"none", make_none_policy},
       {"oracle", make_oracle_policy},
+      {"halo-q", make_halo_q_policy},
+      {"owner-home", make_owner_home_policy},
+      {"absorb", make_absorb_policy},
+      {"resident", make_resident_policy},
+      {"halo-q-owner-in", make_halo_q_owner_in_policy},
   };
   return entries;
 }
