@@ -65,7 +65,7 @@ void store_narrowed(const TensorToWrite& t, std::string& out) {
   for (size_t i = 0; i < t.values.size(); ++i) {
     const int64_t v = t.values[i];
     ISER_CHECK(v >= static_cast<int64_t>(std::numeric_limits<T>::min()) &&
-                   static_cast<uint64_t>(v) <= static_cast<uint64_t>(std::numeric_limits<T>::max()),
+                   v <= static_cast<int64_t>(std::numeric_limits<T>::max()),
                "tensor '{}': value {} at element {} does not fit dtype {}", t.name, v, i,
                dtype_name(t.dtype));
     const auto narrow = static_cast<T>(v);

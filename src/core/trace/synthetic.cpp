@@ -109,16 +109,21 @@ double synthetic_alpha(const SyntheticOptions& options) {
   const double target = *options.rank_imbalance;
   ISER_CHECK(std::isfinite(target) && target >= 1.0,
              "synthetic: rank_imbalance = {} must be a number >= 1", target);
-  // Deterministic bisection: R grows with alpha (common random numbers for every alpha, so the
-  // measurement is smooth in alpha); 24 halvings of [0, 4] give alpha to 2.4e-7.
+  // Deterministic search: R grows with alpha (common random numbers for every alpha, so the
+  // measurement is smooth in alpha). Double the upper end from 1 until it reaches the target
+  // (at most 8), then 20 halvings give alpha to better than 1e-5.
   double lo = 0.0;
-  double hi = 4.0;
-  const double r_hi = trace::power_law_rank_imbalance(options, hi);
-  ISER_CHECK(r_hi >= target,
-             "synthetic: rank_imbalance = {} unreachable at EP{} with E = {}, k = {} (alpha = {} "
-             "gives {:.3f})",
-             target, options.rank_imbalance_ep, options.num_experts, options.top_k, hi, r_hi);
-  for (int step = 0; step < 24; ++step) {
+  double hi = 1.0;
+  while (trace::power_law_rank_imbalance(options, hi) < target) {
+    ISER_CHECK(hi < 8.0,
+               "synthetic: rank_imbalance = {} unreachable at EP{} with E = {}, k = {} (alpha = "
+               "{} gives {:.3f})",
+               target, options.rank_imbalance_ep, options.num_experts, options.top_k, hi,
+               trace::power_law_rank_imbalance(options, hi));
+    lo = hi;
+    hi *= 2;
+  }
+  for (int step = 0; step < 20; ++step) {
     const double mid = 0.5 * (lo + hi);
     (trace::power_law_rank_imbalance(options, mid) < target ? lo : hi) = mid;
   }
