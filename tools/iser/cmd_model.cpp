@@ -23,7 +23,7 @@
 namespace iser::cli {
 namespace {
 
-using nlohmann::json;
+using json = nlohmann::ordered_json;  // keys in the order written
 namespace m = iser::model;
 
 constexpr double kTera = 1e12;
@@ -99,7 +99,7 @@ struct OverlapArgs {
   int64_t tokens_per_rank = 8192;
   int copies = 0;
   std::string routed = "fp4";
-  std::string combine = "fp4";
+  std::string combine;  // empty: the routed precision
   std::string shared = "fp8";
   std::optional<double> fp4_tflops, fp8_tflops, bf16_tflops, link_gbps;
   std::optional<int64_t> hidden, intermediate, shared_hidden, shared_intermediate;
@@ -144,6 +144,17 @@ bool has_shape_overrides(const OverlapArgs& a) {
 
 m::MoeShape shape_from(const OverlapArgs& a) {
   m::MoeShape moe = m::find_moe(a.model);
+  const auto positive = [](const auto& flag_value, std::string_view flag, int64_t lowest) {
+    ISER_CHECK(!flag_value || *flag_value >= lowest, "invalid {} = {}: need a value >= {}", flag,
+               flag_value ? static_cast<int64_t>(*flag_value) : 0, lowest);
+  };
+  positive(a.hidden, "--he", 1);
+  positive(a.intermediate, "--inter", 1);
+  positive(a.experts, "--experts", 1);
+  positive(a.top_k, "--topk", 1);
+  positive(a.num_shared, "--shared", 0);
+  positive(a.shared_hidden, "--shared-he", 1);
+  positive(a.shared_intermediate, "--shared-inter", 1);
   if (a.hidden) moe.hidden = *a.hidden;
   if (a.intermediate) moe.intermediate = *a.intermediate;
   if (a.experts) moe.num_experts = *a.experts;
@@ -255,7 +266,7 @@ void run_overlap(const OverlapArgs& a) {
   config.tokens_per_rank = a.tokens_per_rank;
   config.copies = a.copies;
   config.routed = m::parse_precision(a.routed, "--precision");
-  config.combine = m::parse_precision(a.combine, "--combine");
+  config.combine = a.combine.empty() ? config.routed : m::parse_precision(a.combine, "--combine");
   config.shared = m::parse_precision(a.shared, "--shared-precision");
   if (!a.sweep) {
     ISER_CHECK(a.svg_path.empty(), "--svg needs --sweep (it draws the sweep's ratios)");
@@ -331,8 +342,8 @@ void add_overlap(CLI::App& parent) {
       ->capture_default_str();
   cmd->add_option("--copies", args->copies, "expert copies the rank sends or receives")
       ->capture_default_str();
-  cmd->add_option("--combine", args->combine, "combine precision: fp4|fp8|bf16")
-      ->capture_default_str();
+  cmd->add_option("--combine", args->combine,
+                  "combine precision: fp4|fp8|bf16 (default: the routed precision)");
   cmd->add_option("--precision", args->routed,
                   "routed experts, dispatched tokens and copied weights: fp4|fp8|bf16")
       ->capture_default_str();
@@ -528,11 +539,12 @@ struct ProjectArgs {
 void run_project(const ProjectArgs& a) {
   const m::LayerTimeFit fit = m::find_layer_time_fit(a.fit);
   const double balanced_us = fit.project_us(1.0);
+  std::vector<double> t_us;  // every R is checked before anything is printed
+  for (const double r : a.r) t_us.push_back(fit.project_us(r));
   if (a.json) {
     json rows = json::array();
-    for (const double r : a.r) {
-      const double t = fit.project_us(r);
-      rows.push_back({{"r", r}, {"t_us", t}, {"excess_us", t - balanced_us}});
+    for (size_t i = 0; i < a.r.size(); ++i) {
+      rows.push_back({{"r", a.r[i]}, {"t_us", t_us[i]}, {"excess_us", t_us[i] - balanced_us}});
     }
     return print_json({{"fit", json::parse(m::layer_time_fit_json(fit))}, {"projections", rows}});
   }
@@ -543,10 +555,9 @@ void run_project(const ProjectArgs& a) {
           ? fmt::format(", {} tokens/rank", with_commas(static_cast<double>(fit.tokens_per_rank)))
           : "",
       fit.source);
-  for (const double r : a.r) {
-    const double t = fit.project_us(r);
-    fmt::print("  R = {:<8g} t = {:9.1f} us   (+{:.1f} us, +{:.1f}% over R = 1)\n", r, t,
-               t - balanced_us, (t / balanced_us - 1) * 100);
+  for (size_t i = 0; i < a.r.size(); ++i) {
+    fmt::print("  R = {:<8g} t = {:9.1f} us   (+{:.1f} us, +{:.1f}% over R = 1)\n", a.r[i], t_us[i],
+               t_us[i] - balanced_us, (t_us[i] / balanced_us - 1) * 100);
   }
 }
 
