@@ -81,6 +81,20 @@ TEST(ModelOverlap, DeepSeekV4ProOnGb300At8192TokensPerRank) {
   EXPECT_EQ(std::lround(r.ratio_with_shared), 19661);
 }
 
+TEST(ModelOverlap, CopyTimesQuotedElsewhereInThePaper) {
+  // §3.2: 99th-percentile send-outs of 7 and 10 payloads take 289-413 us at line rate.
+  EXPECT_TRUE(near_rel(model_overlap(paper_config("GB300", "deepseek-v4-pro", 8192, 7)).copies_us,
+                       289, kPaperTol));
+  EXPECT_TRUE(near_rel(model_overlap(paper_config("GB300", "deepseek-v4-pro", 8192, 10)).copies_us,
+                       413, kPaperTol));
+  // §3.1: at the replication kernel's 166-450 GB/s, four copies take 330-898 us.
+  OverlapConfig config = paper_config("GB300", "deepseek-v4-pro", 8192, 4);
+  config.hw.link_bytes_per_s = 450e9;
+  EXPECT_TRUE(near_rel(model_overlap(config).copies_us, 330, kPaperTol));
+  config.hw.link_bytes_per_s = 166e9;
+  EXPECT_TRUE(near_rel(model_overlap(config).copies_us, 898, kPaperTol));  // 895.4 us: -0.29%
+}
+
 TEST(ModelOverlap, TwoCopiesHideAt16384TokensPerRank) {
   const OverlapResult r = model_overlap(paper_config("GB300", "deepseek-v4-pro", 16384, 2));
   EXPECT_GE(r.copies_hidden_routed, 2.0);

@@ -86,6 +86,14 @@ void check_flag_positive(double value, std::string_view flag) {
   ISER_CHECK(std::isfinite(value) && value > 0, "invalid {} = {}: need a value > 0", flag, value);
 }
 
+// The preset value, or the flag's value times `unit` once checked to be > 0.
+double flag_or(const std::optional<double>& flag_value, std::string_view flag, double unit,
+               double preset) {
+  if (!flag_value) return preset;
+  check_flag_positive(*flag_value, flag);
+  return *flag_value * unit;
+}
+
 void print_json(const json& doc) {
   fmt::print("{}\n", doc.dump(2));
 }
@@ -123,12 +131,9 @@ m::Hardware hardware_from(const std::string& name, const std::optional<double>& 
                "invalid --fp4-tflops = {}: need a value >= 0", *fp4_tflops);
     hw.fp4_flops = *fp4_tflops * kTera;
   }
-  if (fp8_tflops)
-    check_flag_positive(*fp8_tflops, "--fp8-tflops"), hw.fp8_flops = *fp8_tflops * kTera;
-  if (bf16_tflops)
-    check_flag_positive(*bf16_tflops, "--bf16-tflops"), hw.bf16_flops = *bf16_tflops * kTera;
-  if (link_gbps)
-    check_flag_positive(*link_gbps, "--link-gbps"), hw.link_bytes_per_s = *link_gbps * kGiga;
+  hw.fp8_flops = flag_or(fp8_tflops, "--fp8-tflops", kTera, hw.fp8_flops);
+  hw.bf16_flops = flag_or(bf16_tflops, "--bf16-tflops", kTera, hw.bf16_flops);
+  hw.link_bytes_per_s = flag_or(link_gbps, "--link-gbps", kGiga, hw.link_bytes_per_s);
   if (fp4_tflops || fp8_tflops || bf16_tflops || link_gbps) {
     hw.name += "*";  // marks a preset changed by flags
     hw.source += " (changed by flags)";
@@ -421,11 +426,7 @@ void run_broadcast(const BroadcastArgs& a) {
   const m::Hardware& hw = m::find_hardware(a.hw);
   m::BroadcastConfig config;
   config.bytes = parse_bytes(a.bytes, "--bytes");
-  config.link_bytes_per_s = hw.link_bytes_per_s;
-  if (a.link_gbps) {
-    check_flag_positive(*a.link_gbps, "--link-gbps");
-    config.link_bytes_per_s = *a.link_gbps * kGiga;
-  }
+  config.link_bytes_per_s = flag_or(a.link_gbps, "--link-gbps", kGiga, hw.link_bytes_per_s);
   config.alpha_s = parse_seconds(a.alpha, "--alpha");
   config.ring_slice_bytes = parse_bytes(a.slice, "--slice");
   config.sami_slice_bytes = parse_bytes(a.sami_slice, "--sami-slice");
