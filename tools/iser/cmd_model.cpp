@@ -38,7 +38,7 @@ std::string with_commas(double value) {
   return (value < 0 ? "-" : "") + digits;
 }
 
-// Parses "<number>[unit]" where unit maps to a multiplier; a bare number uses `bare_unit`.
+// Parses "<number>[unit]" where unit maps to a multiplier; a bare number uses `bare_multiplier`.
 double parse_quantity(const std::string& text, std::string_view flag,
                       std::initializer_list<std::pair<std::string_view, double>> units,
                       double bare_multiplier) {
