@@ -7,5 +7,6 @@ namespace iser::cli {
 
 void add_replay_command(CLI::App& app);
 void add_convert_command(CLI::App& app);
+void add_model_command(CLI::App& app);
 
 }  // namespace iser::cli
