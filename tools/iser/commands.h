@@ -6,5 +6,6 @@
 namespace iser::cli {
 
 // (subcommands are added here as they land)
+void add_eplb_command(CLI::App& app);
 
 }  // namespace iser::cli
