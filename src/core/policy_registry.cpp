@@ -19,6 +19,11 @@ const std::vector<PolicyEntry>& registry() {
   static const std::vector<PolicyEntry> entries = {
       {"none", make_none_policy},
       {"oracle", make_oracle_policy},
+      {"eplb", make_eplb_policy},
+      {"eplb-window", make_eplb_window_policy},
+      {"all-rank", make_all_rank_policy},
+      {"p2p", make_p2p_policy},
+      {"p2p-limited", make_p2p_limited_policy},
   };
   return entries;
 }

@@ -10,4 +10,11 @@ namespace iser {
 std::unique_ptr<Policy> make_none_policy(const Topology& topo, const PolicyOptions& options);
 std::unique_ptr<Policy> make_oracle_policy(const Topology& topo, const PolicyOptions& options);
 
+// Baselines (DESIGN §6): policies/eplb_static.cpp, all_rank.cpp, p2p.cpp.
+std::unique_ptr<Policy> make_eplb_policy(const Topology& topo, const PolicyOptions& options);
+std::unique_ptr<Policy> make_eplb_window_policy(const Topology& topo, const PolicyOptions& options);
+std::unique_ptr<Policy> make_all_rank_policy(const Topology& topo, const PolicyOptions& options);
+std::unique_ptr<Policy> make_p2p_policy(const Topology& topo, const PolicyOptions& options);
+std::unique_ptr<Policy> make_p2p_limited_policy(const Topology& topo, const PolicyOptions& options);
+
 }  // namespace iser
