@@ -134,7 +134,9 @@ TEST(AllRank, TopSExpertsOnEveryRankComputedLocally) {
   // Rank 0: 50 - 40 - 10 + 10 + 10 = 20; rank 1: 15 + 10; rank 2: 10 + 10; rank 3: 5 + 10.
   EXPECT_EQ(result.plan.loads, (std::vector<int32_t>{20, 25, 20, 15}));
   for (const RouteFlow& f : result.flows) {
-    if (f.expert <= 1) EXPECT_EQ(f.src_rank, f.dst_rank);
+    if (f.expert <= 1) {
+      EXPECT_EQ(f.src_rank, f.dst_rank);
+    }
   }
   EXPECT_EQ(measure_invocation(topo, counts, result).remote_copies, 2 * 3);
 }
@@ -149,7 +151,7 @@ TEST(AllRank, SkipsExpertsNobodyRoutesTo) {
   EXPECT_EQ(result.plan.broadcasts[1].expert, 2);
 }
 
-TEST(Eplb, StaticPlacementFromTheWholeTrace) {
+TEST(EplbPolicy, StaticPlacementFromTheWholeTrace) {
   const auto topo = Topology::make(4, 8, 2);  // 16 physical slots, 4 per rank
   const auto counts = skewed_counts();
   auto policy = make_policy("eplb", topo);
@@ -180,7 +182,7 @@ TEST(Eplb, StaticPlacementFromTheWholeTrace) {
   EXPECT_EQ(measure_invocation(topo, counts, result).remote_copies, 0);
 }
 
-TEST(Eplb, WindowPlansFromPreviousInvocationsOnly) {
+TEST(EplbPolicy, WindowPlansFromPreviousInvocationsOnly) {
   const auto topo = Topology::make(4, 8, 2);
   const auto a = skewed_counts();
   const auto b = counts_from_rows({
@@ -211,7 +213,7 @@ TEST(Eplb, WindowPlansFromPreviousInvocationsOnly) {
   EXPECT_EQ(sorted(run_checked(*fresh, topo, a).flows), sorted(home_flows(topo, a)));
 }
 
-TEST(Eplb, RejectsMismatchedCounts) {
+TEST(EplbPolicy, RejectsMismatchedCounts) {
   auto policy = make_policy("eplb-window", Topology::make(4, 8, 2));
   EXPECT_THROW(policy->plan(CountMatrix(2, 8)), Error);
   PolicyOptions bad;
