@@ -27,6 +27,7 @@ const std::vector<PolicyEntry>& registry() {
       {"eplb", make_eplb_policy},
       {"eplb-window", make_eplb_window_policy},
       {"all-rank", make_all_rank_policy},
+      {"all-rank-balanced", make_all_rank_balanced_policy},
       {"p2p", make_p2p_policy},
       {"p2p-limited", make_p2p_limited_policy},
   };

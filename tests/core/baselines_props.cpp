@@ -145,9 +145,10 @@ RC_GTEST_PROP(BaselineProps, AllRankReplicatesTheTopExpertsEverywhere, ()) {
   const Case c = *gen_case();
   const Topology& topo = c.topo;
   const CountMatrix& counts = c.iterations.front();
-  auto policy = make_policy("all-rank", topo);
+  const bool balanced = *rc::gen::arbitrary<bool>();
+  auto policy = make_policy(balanced ? "all-rank-balanced" : "all-rank", topo);
   const PolicyResult result = policy->plan(counts);
-  check_common(topo, counts, *policy, result);
+  const auto loads = check_common(topo, counts, *policy, result);
   check_flows_follow_quotas(topo, result);
 
   const auto hist = counts.histogram();
@@ -173,8 +174,20 @@ RC_GTEST_PROP(BaselineProps, AllRankReplicatesTheTopExpertsEverywhere, ()) {
       RC_ASSERT(hist[e] < hist[last] || (hist[e] == hist[last] && e > last));
     }
   }
-  for (const RouteFlow& f : result.flows) {
-    if (chosen[f.expert]) RC_ASSERT(f.src_rank == f.dst_rank);
+  if (!balanced) {
+    for (const RouteFlow& f : result.flows) {
+      if (chosen[f.expert]) RC_ASSERT(f.src_rank == f.dst_rank);
+    }
+  } else {
+    // Water level: every rank keeps its base load (home without the replicated experts); the
+    // ranks that take replicated routes end at most one route above the least loaded rank.
+    std::vector<int64_t> base = counts.home_loads(topo);
+    for (const Broadcast& x : b) base[x.owner] -= hist[x.expert];
+    const int64_t min_load = *std::min_element(loads.begin(), loads.end());
+    for (int r = 0; r < topo.num_ranks; ++r) {
+      RC_ASSERT(loads[r] >= base[r]);
+      if (loads[r] > base[r]) RC_ASSERT(loads[r] <= min_load + 1);
+    }
   }
   RC_ASSERT(measure_invocation(topo, counts, result).remote_copies ==
             static_cast<int32_t>(b.size()) * (topo.num_ranks - 1));

@@ -38,7 +38,8 @@ PolicyResult run_checked(Policy& policy, const Topology& topo, const CountMatrix
 
 TEST(Baselines, RegisteredNames) {
   const auto names = available_policies();
-  for (const char* name : {"eplb", "eplb-window", "all-rank", "p2p", "p2p-limited"}) {
+  for (const char* name :
+       {"eplb", "eplb-window", "all-rank", "all-rank-balanced", "p2p", "p2p-limited"}) {
     EXPECT_NE(std::find(names.begin(), names.end(), name), names.end()) << name;
     EXPECT_EQ(make_policy(name, Topology::make(4, 8, 2))->name(), name);
   }
@@ -139,6 +140,28 @@ TEST(AllRank, TopSExpertsOnEveryRankComputedLocally) {
     }
   }
   EXPECT_EQ(measure_invocation(topo, counts, result).remote_copies, 2 * 3);
+}
+
+TEST(AllRank, BalancedFillsTheWaterLevelLocalFirst) {
+  const auto topo = Topology::make(4, 8, 2);
+  const auto counts = skewed_counts();
+  auto policy = make_policy("all-rank-balanced", topo);
+  const auto result = run_checked(*policy, topo, counts);
+  // Base loads without e0, e1: [0, 15, 10, 5], mass 50. Level 20 (room 50): Q = [19, 4, 9, 14]
+  // plus one each for the 4 routes left = [20, 5, 10, 15]. Local first: e0 gives 10, 5, 10, 10,
+  // e1 gives rank 0 its 10; e0's 5 routes left go to rank 3 (the only rank with room left).
+  const auto& b = result.plan.broadcasts;
+  ASSERT_EQ(b.size(), 2u);
+  EXPECT_EQ(b[0].quota, (std::vector<int32_t>{10, 5, 10, 15}));
+  EXPECT_EQ(b[1].quota, (std::vector<int32_t>{10, 0, 0, 0}));
+  EXPECT_EQ(result.plan.loads, (std::vector<int32_t>{20, 20, 20, 20}));
+  const std::vector<RouteFlow> expected_e0 = {
+      {0, 0, 0, 10}, {1, 0, 1, 5}, {1, 0, 3, 5}, {2, 0, 2, 10}, {3, 0, 3, 10}};
+  std::vector<RouteFlow> e0;
+  for (const RouteFlow& f : result.flows) {
+    if (f.expert == 0) e0.push_back(f);
+  }
+  EXPECT_EQ(sorted(e0), sorted(expected_e0));
 }
 
 TEST(AllRank, SkipsExpertsNobodyRoutesTo) {
