@@ -33,6 +33,7 @@ constexpr int kDefaultEplbWindow = 8;
 // Hosting rank of every replica of every expert, in replica order.
 struct StaticPlacement {
   std::vector<std::vector<int32_t>> hosts;  // [E][replica] -> rank
+  std::vector<std::vector<int32_t>> ranks;  // [E]: the distinct hosting ranks, ascending
 };
 
 StaticPlacement place(const Topology& topo, std::span<const double> weight) {
@@ -44,10 +45,14 @@ StaticPlacement place(const Topology& topo, std::span<const double> weight) {
   const EplbPlacement p = eplb_rebalance(weight, 1, topo.num_experts, config);
   StaticPlacement out;
   out.hosts.resize(topo.num_experts);
+  out.ranks.resize(topo.num_experts);
   for (int e = 0; e < topo.num_experts; ++e) {
     for (int x = 0; x < p.log_count(0, e); ++x) {
       out.hosts[e].push_back(p.log_to_phy(0, e, x) / topo.slots_per_rank());
     }
+    out.ranks[e] = out.hosts[e];
+    std::sort(out.ranks[e].begin(), out.ranks[e].end());
+    out.ranks[e].erase(std::unique(out.ranks[e].begin(), out.ranks[e].end()), out.ranks[e].end());
   }
   return out;
 }
@@ -56,7 +61,7 @@ std::vector<RouteFlow> split_flows(const Topology& topo, const CountMatrix& coun
                                    const StaticPlacement& placement) {
   const int P = topo.num_ranks;
   std::vector<RouteFlow> flows;
-  std::vector<int32_t> to_rank(P);
+  std::vector<int32_t> to_rank(P, 0);  // zero outside the current (source, expert)
   std::vector<int32_t> leftover_order;
   for (int e = 0; e < topo.num_experts; ++e) {
     const std::vector<int32_t>& hosts = placement.hosts[e];
@@ -64,7 +69,6 @@ std::vector<RouteFlow> split_flows(const Topology& topo, const CountMatrix& coun
     for (int s = 0; s < P; ++s) {
       const int32_t c = counts.at(s, e);
       if (c == 0) continue;
-      std::fill(to_rank.begin(), to_rank.end(), 0);
       for (const int32_t h : hosts) to_rank[h] += c / n;
       leftover_order.clear();
       for (int x = 0; x < n; ++x) {
@@ -75,8 +79,9 @@ std::vector<RouteFlow> split_flows(const Topology& topo, const CountMatrix& coun
         if (hosts[x] != s) leftover_order.push_back(x);
       }
       for (int i = 0; i < c % n; ++i) ++to_rank[hosts[leftover_order[i]]];
-      for (int d = 0; d < P; ++d) {
+      for (const int32_t d : placement.ranks[e]) {
         if (to_rank[d] > 0) flows.push_back({s, e, d, to_rank[d]});
+        to_rank[d] = 0;
       }
     }
   }
