@@ -6,6 +6,7 @@
 namespace iser::cli {
 
 // (subcommands are added here as they land)
-void add_eplb_command(CLI::App& app);
+void add_plan_command(CLI::App& app);  // cmd_plan.cpp
+void add_eplb_command(CLI::App& app);  // cmd_eplb.cpp
 
 }  // namespace iser::cli

@@ -11,6 +11,7 @@ int main(int argc, char** argv) {
   CLI::App app{"iser: plan, measure and model per-invocation expert replication (ISER-MoE)"};
   app.require_subcommand(1);
   app.set_version_flag("--version", "iser 0.1.0");
+  iser::cli::add_plan_command(app);
   iser::cli::add_eplb_command(app);
   try {
     app.parse(argc, argv);
