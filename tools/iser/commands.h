@@ -8,5 +8,7 @@ namespace iser::cli {
 void add_replay_command(CLI::App& app);
 void add_convert_command(CLI::App& app);
 void add_model_command(CLI::App& app);
+void add_plan_command(CLI::App& app);  // cmd_plan.cpp
+void add_eplb_command(CLI::App& app);  // cmd_eplb.cpp
 
 }  // namespace iser::cli

@@ -14,6 +14,8 @@ int main(int argc, char** argv) {
   iser::cli::add_replay_command(app);
   iser::cli::add_convert_command(app);
   iser::cli::add_model_command(app);
+  iser::cli::add_plan_command(app);
+  iser::cli::add_eplb_command(app);
   try {
     app.parse(argc, argv);
   } catch (const CLI::ParseError& e) {
