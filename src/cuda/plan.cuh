@@ -490,7 +490,9 @@ __global__ void __launch_bounds__(PlanConfig::kThreads, 1) plan_kernel(const Pla
   const GpuPlanLayout out{P, E, st.S, p.max_broadcasts};
 
   // ---- stage 1: hist, loads, T, candidates ---------------------------------------------------
+  __shared__ unsigned long long total_routes;  // 64-bit: checked before any int32 use
   if (tid < 8) st.scalars[tid] = 0;
+  if (tid == 0) total_routes = 0;
   for (int r = tid; r < P; r += PlanConfig::kThreads) {
     st.recv_used[r] = 0;
     st.send_used[r] = 0;
@@ -499,7 +501,7 @@ __global__ void __launch_bounds__(PlanConfig::kThreads, 1) plan_kernel(const Pla
   }
   __syncthreads();
   bool bad = false;
-  int partial = 0;
+  long long partial = 0;
   for (int e = tid; e < E; e += PlanConfig::kThreads) {
     int sum = 0;
     for (int r = 0; r < P; ++r) {
@@ -511,11 +513,15 @@ __global__ void __launch_bounds__(PlanConfig::kThreads, 1) plan_kernel(const Pla
     st.expert_broadcast[e] = -1;
     partial += sum;
   }
-  partial = __reduce_add_sync(PlanConfig::kFullMask, partial);
-  if (lane == 0) atomicAdd(&st.scalars[kTotalWord], partial);
+  // Column sums fit int32 (c <= max_count, P <= 72); the total is checked in 64 bits so that
+  // every later int32 quantity (loads, room, T * P, packed keys < 2^32) fits.
+  if (partial != 0) atomicAdd(&total_routes, static_cast<unsigned long long>(partial));
+  __syncthreads();
+  bad |= total_routes > static_cast<unsigned long long>(P) * p.max_count;
   if (__syncthreads_or(bad)) {
     if (tid == 0) st.scalars[kStatusWord] = kGpuBadCounts;
   }
+  if (tid == 0) st.scalars[kTotalWord] = static_cast<int>(total_routes);
   for (int o = warp; o < P; o += PlanConfig::kWarps) {
     int sum = 0;
     for (int i = lane; i < H; i += 32) sum += st.hist[o * H + i];
