@@ -292,8 +292,12 @@ TEST(GpuPlanner, MatchesCpuOnRandomSkewedTokens) {
   }
 }
 
+// The bundled data: $ISER_SHARED_DATA when set (device runs copy it beside the tree), else the
+// shared folder next to the checkout.
 std::string shared_data(const char* rel) {
-  return std::string(ISER_SOURCE_DIR) + "/../shared/data/" + rel;
+  const char* dir = std::getenv("ISER_SHARED_DATA");
+  return (dir != nullptr ? std::string(dir) : std::string(ISER_SOURCE_DIR) + "/../shared/data") +
+         "/" + rel;
 }
 
 TEST(GpuPlanner, MatchesCpuOnRealHistograms) {
