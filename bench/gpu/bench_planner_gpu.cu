@@ -118,11 +118,13 @@ double median(std::vector<double> v) {
 struct Timing {
   double event_us = 0;
   double kernel_us = 0;
+  double stage_us[iser::kGpuPlanTimerSlots - 1] = {};  // stage 1, place+color, prep, repair, out
 };
 
 template <typename Enqueue>
 Timing time_replays(const Args& args, int num_inputs, cudaStream_t stream, void* flush,
                     size_t flush_bytes, unsigned long long* timer, Enqueue&& enqueue) {
+  constexpr int kSlots = iser::kGpuPlanTimerSlots;
   const int total = args.warmup + args.iters;
   std::vector<cudaEvent_t> start(total), stop(total);
   for (int j = 0; j < total; ++j) {
@@ -130,31 +132,37 @@ Timing time_replays(const Args& args, int num_inputs, cudaStream_t stream, void*
     BENCH_CUDA(cudaEventCreate(&stop[j]));
   }
   unsigned long long* spans = nullptr;
-  BENCH_CUDA(cudaMallocHost(&spans, sizeof(unsigned long long) * 2 * total));
+  BENCH_CUDA(cudaMallocHost(&spans, sizeof(unsigned long long) * kSlots * total));
   for (int j = 0; j < total; ++j) {
     BENCH_CUDA(cudaMemsetAsync(flush, j & 0xff, flush_bytes, stream));  // evicts L2
     BENCH_CUDA(cudaEventRecord(start[j], stream));
     enqueue(j % num_inputs);
     BENCH_CUDA(cudaEventRecord(stop[j], stream));
     if (timer != nullptr) {
-      BENCH_CUDA(cudaMemcpyAsync(spans + 2 * j, timer, 2 * sizeof(unsigned long long),
+      BENCH_CUDA(cudaMemcpyAsync(spans + kSlots * j, timer, kSlots * sizeof(unsigned long long),
                                  cudaMemcpyDeviceToHost, stream));
     }
   }
   BENCH_CUDA(cudaStreamSynchronize(stream));
-  std::vector<double> ev, kern;
+  std::vector<double> ev, kern, stage[kSlots - 1];
   for (int j = args.warmup; j < total; ++j) {
     float ms = 0;
     BENCH_CUDA(cudaEventElapsedTime(&ms, start[j], stop[j]));
     ev.push_back(ms * 1e3);
-    if (timer != nullptr) kern.push_back((spans[2 * j + 1] - spans[2 * j]) * 1e-3);
+    if (timer != nullptr) {
+      const unsigned long long* t = spans + kSlots * j;
+      kern.push_back((t[kSlots - 1] - t[0]) * 1e-3);
+      for (int k = 0; k + 1 < kSlots; ++k) stage[k].push_back((t[k + 1] - t[k]) * 1e-3);
+    }
   }
   for (int j = 0; j < total; ++j) {
     BENCH_CUDA(cudaEventDestroy(start[j]));
     BENCH_CUDA(cudaEventDestroy(stop[j]));
   }
   BENCH_CUDA(cudaFreeHost(spans));
-  return {median(ev), median(kern)};
+  Timing timing{median(ev), median(kern), {}};
+  for (int k = 0; k + 1 < kSlots; ++k) timing.stage_us[k] = median(stage[k]);
+  return timing;
 }
 
 // Graph of whatever `capture` enqueues (or nothing when graphs are off).
@@ -191,7 +199,7 @@ int main(int argc, char** argv) {
   void* flush = nullptr;
   BENCH_CUDA(cudaMalloc(&flush, flush_bytes));
   unsigned long long* timer = nullptr;
-  BENCH_CUDA(cudaMalloc(&timer, 2 * sizeof(unsigned long long)));
+  BENCH_CUDA(cudaMalloc(&timer, kGpuPlanTimerSlots * sizeof(unsigned long long)));
 
   std::string json = "[";
   bool all_ok = true;
@@ -307,14 +315,21 @@ int main(int argc, char** argv) {
                 t_plan.kernel_us, t_both.event_us, t_count.event_us, cpu, cpu / t_plan.event_us,
                 static_cast<double>(broadcasts) / num_inputs,
                 args.check ? (ok ? "  check ok" : "  CHECK FAILED") : "");
-    char buf[512];
+    std::printf(
+        "       in-kernel stages (us): hist+candidates %.2f, placement+coloring %.2f, "
+        "repair set-up+modes %.2f, repair %.2f, output %.2f\n",
+        t_plan.stage_us[0], t_plan.stage_us[1], t_plan.stage_us[2], t_plan.stage_us[3],
+        t_plan.stage_us[4]);
+    char buf[768];
     std::snprintf(buf, sizeof(buf),
                   "%s{\"ep\":%d,\"experts\":%d,\"slots\":%d,\"tokens\":%d,\"top_k\":%d,"
                   "\"plan_us\":%.3f,\"plan_kernel_us\":%.3f,\"plan_rewrite_us\":%.3f,"
-                  "\"count_us\":%.3f,\"cpu_plan_us\":%.3f,\"check\":%s}",
+                  "\"count_us\":%.3f,\"cpu_plan_us\":%.3f,\"stages_us\":[%.3f,%.3f,%.3f,%.3f,%.3f],"
+                  "\"check\":%s}",
                   json.size() > 1 ? "," : "", P, args.experts, args.slots, args.tokens, args.top_k,
                   t_plan.event_us, t_plan.kernel_us, t_both.event_us, t_count.event_us, cpu,
-                  args.check ? (ok ? "true" : "false") : "null");
+                  t_plan.stage_us[0], t_plan.stage_us[1], t_plan.stage_us[2], t_plan.stage_us[3],
+                  t_plan.stage_us[4], args.check ? (ok ? "true" : "false") : "null");
     json += buf;
 
     for (int i = 0; i < num_inputs; ++i) {

@@ -26,6 +26,7 @@ inline constexpr int kGpuMaxRanks = 72;
 inline constexpr int kGpuMaxExperts = 1024;
 inline constexpr int kGpuMaxSlots = 16;
 inline constexpr int kGpuMaxRoutesPerRank = 262144;  // tau * k per rank
+inline constexpr int kGpuPlanTimerSlots = 6;
 
 // Status bits (device words; 0 = success).
 enum GpuStatus : uint32_t {
@@ -140,8 +141,9 @@ class GpuPlanner {
   void clear_errors(CUstream_st* stream);
   uint32_t read_errors() const;  // synchronous (tests, tools)
 
-  // Optional: in-kernel time of the last plan() (device globaltimer ns) written to this device
-  // address (two uint64: start, end) by CTA 0; nullptr (default) disables it.
+  // Optional profiling: CTA 0 of plan() writes kGpuPlanTimerSlots device globaltimer values (ns)
+  // to this device array: start, after stage 1, after placement + coloring, after the repair
+  // set-up and transport modes, after repair, end. nullptr (default) disables it.
   void set_plan_timer(unsigned long long* device_timer);
 
  private:

@@ -60,6 +60,7 @@ __global__ void __launch_bounds__(CountConfig::kThreads) count_kernel(const Coun
   int32_t* out = p.counts + static_cast<int64_t>(row) * E;
   for (int e = threadIdx.x; e < E; e += CountConfig::kThreads) {
     int32_t sum = 0;
+#pragma unroll 8
     for (int t = 0; t < p.num_tiles; ++t) sum += __ldcg(tiles + static_cast<int64_t>(t) * E + e);
     out[e] = sum;
   }

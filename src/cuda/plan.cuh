@@ -26,6 +26,7 @@ struct PlanConfig {
   static constexpr int kWarps = kThreads / 32;
   static constexpr unsigned kFullMask = 0xffffffffu;
   static constexpr int kRankChunks = (kGpuMaxRanks + 31) / 32;  // ranks per lane, at most
+  static constexpr int kLoadsInFlight = 8;  // independent global loads per thread (stage 1)
 };
 
 // Shared-memory layout of the plan kernel, in int32 words (host and device compute the same).
@@ -289,6 +290,7 @@ __device__ int place(const State& st, const PlanParams& p, int T, int lane) {
         const int lm = st.load[m];
         if (lm < T) {
           int before = 0;
+#pragma unroll 8
           for (int j = 0; j < size; ++j) {
             const int m2 = g.begin + j;
             const int l2 = st.load[m2];
@@ -436,6 +438,62 @@ __device__ void trade(const State& st, int num_broadcasts, int a, int d, int lan
   }
 }
 
+// Stage 4 fast path (B <= 32): lane k holds sorted broadcast k's group, owner and quota offset
+// for the whole repair, so a pair costs four shared loads per lane and both directions run on
+// registers.
+struct SortedLane {
+  int begin = 0;
+  int size = 0;
+  int owner = -1;
+  int offset = 0;
+  bool valid = false;
+
+  __device__ __forceinline__ int host_index(int r) const {
+    if (!valid) return -1;
+    if (r >= begin && r < begin + size) return offset + r - begin;
+    return r == owner ? offset + size : -1;
+  }
+};
+
+// One direction: the receiver (own routes c_r, quota q_r) trades with the donor (c_d, q_d).
+// Lanes that are not shared broadcasts hold zeros, so they neither pull nor give.
+__device__ __forceinline__ void trade_one_way(int c_r, int& q_r, int c_d, int& q_d, int lane) {
+  const int pull = min(max(0, c_r - q_r), max(0, q_d - c_d));
+  const int give = max(0, q_r - c_r);
+  const int delta = min(__reduce_add_sync(PlanConfig::kFullMask, pull),
+                        __reduce_add_sync(PlanConfig::kFullMask, give));
+  if (delta <= 0) return;
+  const int pull_incl = warp_inclusive_scan(pull, lane);
+  const int give_incl = warp_inclusive_scan(give, lane);
+  const int take = min(pull, max(0, delta - (pull_incl - pull)));
+  const int release = min(give, max(0, delta - (give_incl - give)));
+  q_r += take - release;
+  q_d += release - take;
+}
+
+__device__ void trade_pair_small(const State& st, const SortedLane& lane_b, int a, int d,
+                                 int lane) {
+  const int ia = lane_b.host_index(a);
+  const int id = lane_b.host_index(d);
+  const bool shared = ia >= 0 && id >= 0;
+  if (!__any_sync(PlanConfig::kFullMask, shared)) return;
+  int ca = 0, qa = 0, cd = 0, qd = 0;
+  if (shared) {
+    ca = st.own[ia];
+    qa = st.quota[ia];
+    cd = st.own[id];
+    qd = st.quota[id];
+  }
+  const int qa0 = qa;
+  const int qd0 = qd;
+  trade_one_way(ca, qa, cd, qd, lane);  // receiver a, donor d
+  trade_one_way(cd, qd, ca, qa, lane);  // receiver d, donor a
+  if (shared && (qa != qa0 || qd != qd0)) {
+    st.quota[ia] = qa;
+    st.quota[id] = qd;
+  }
+}
+
 }  // namespace plan_detail
 
 __global__ void __launch_bounds__(PlanConfig::kThreads, 1) plan_kernel(const PlanParams p) {
@@ -444,8 +502,12 @@ __global__ void __launch_bounds__(PlanConfig::kThreads, 1) plan_kernel(const Pla
   const int tid = threadIdx.x;
   const int lane = tid & 31;
   const int warp = tid >> 5;
+  // Optional stage timestamps of CTA 0 (kGpuPlanTimerSlots globaltimer values).
   const bool timed = p.timer != nullptr && blockIdx.x == 0 && tid == 0;
-  if (timed) p.timer[0] = global_timer();
+  auto stamp = [&](int slot) {
+    if (timed) p.timer[slot] = global_timer();
+  };
+  stamp(0);
 
   State st;
   st.P = p.num_ranks;
@@ -500,18 +562,57 @@ __global__ void __launch_bounds__(PlanConfig::kThreads, 1) plan_kernel(const Pla
     st.frozen[r] = 0;
   }
   __syncthreads();
+  for (int e = tid; e < E; e += PlanConfig::kThreads) {
+    st.hist[e] = 0;
+    st.expert_broadcast[e] = -1;
+  }
+  __syncthreads();
+  // hist: every count loaded once, coalesced, kInFlight independent loads per thread at a time
+  // (a column-per-thread loop would chain P dependent global loads), added with smem atomics.
   bool bad = false;
   long long partial = 0;
-  for (int e = tid; e < E; e += PlanConfig::kThreads) {
-    int sum = 0;
-    for (int r = 0; r < P; ++r) {
-      const int c = counts[static_cast<int64_t>(r) * E + e];
-      bad |= c < 0 || c > p.max_count;
-      sum += c;
+  auto accumulate = [&](int i, int c) {
+    bad |= c < 0 || c > p.max_count;
+    partial += c;
+    if (c != 0) atomicAdd(&st.hist[i % E], c);
+  };
+  constexpr int kInFlight = PlanConfig::kLoadsInFlight;
+  const int n = P * E;
+  if ((n & 3) == 0 && (reinterpret_cast<uintptr_t>(counts) & 15) == 0) {
+    const int4* counts4 = reinterpret_cast<const int4*>(counts);
+    const int n4 = n >> 2;
+    for (int base = 0; base < n4; base += PlanConfig::kThreads * kInFlight) {
+      int4 c[kInFlight];
+#pragma unroll
+      for (int u = 0; u < kInFlight; ++u) {
+        const int j = base + u * PlanConfig::kThreads + tid;
+        c[u] = j < n4 ? __ldg(counts4 + j) : make_int4(0, 0, 0, 0);
+      }
+#pragma unroll
+      for (int u = 0; u < kInFlight; ++u) {
+        const int j = base + u * PlanConfig::kThreads + tid;
+        if (j < n4) {
+          accumulate(4 * j, c[u].x);
+          accumulate(4 * j + 1, c[u].y);
+          accumulate(4 * j + 2, c[u].z);
+          accumulate(4 * j + 3, c[u].w);
+        }
+      }
     }
-    st.hist[e] = sum;
-    st.expert_broadcast[e] = -1;
-    partial += sum;
+  } else {
+    for (int base = 0; base < n; base += PlanConfig::kThreads * kInFlight) {
+      int c[kInFlight];
+#pragma unroll
+      for (int u = 0; u < kInFlight; ++u) {
+        const int i = base + u * PlanConfig::kThreads + tid;
+        c[u] = i < n ? __ldg(counts + i) : 0;
+      }
+#pragma unroll
+      for (int u = 0; u < kInFlight; ++u) {
+        const int i = base + u * PlanConfig::kThreads + tid;
+        if (i < n) accumulate(i, c[u]);
+      }
+    }
   }
   // Column sums fit int32 (c <= max_count, P <= 72); the total is checked in 64 bits so that
   // every later int32 quantity (loads, room, T * P, packed keys < 2^32) fits.
@@ -536,7 +637,8 @@ __global__ void __launch_bounds__(PlanConfig::kThreads, 1) plan_kernel(const Pla
     const int o = e / H;
     const int h = st.hist[e];
     int rank = 0;
-    for (int e2 = o * H; e2 < (o + 1) * H && rank < C; ++e2) {
+#pragma unroll 8
+    for (int e2 = o * H; e2 < (o + 1) * H; ++e2) {
       const int h2 = st.hist[e2];
       rank += (h2 > h || (h2 == h && e2 < e)) ? 1 : 0;
     }
@@ -548,6 +650,7 @@ __global__ void __launch_bounds__(PlanConfig::kThreads, 1) plan_kernel(const Pla
   }
   __syncthreads();
   const int T = st.scalars[kTargetWord];
+  stamp(1);
 
   // ---- stages 2 and 3: placement and coloring (warp 0) ---------------------------------------
   if (warp == 0) {
@@ -560,6 +663,7 @@ __global__ void __launch_bounds__(PlanConfig::kThreads, 1) plan_kernel(const Pla
   }
   __syncthreads();
   const int B = st.scalars[kNumBroadcastsWord];
+  stamp(2);
 
   // ---- repair prep and stage 6 (transport modes), all threads --------------------------------
   for (int b = warp; b < B; b += PlanConfig::kWarps) {
@@ -595,12 +699,18 @@ __global__ void __launch_bounds__(PlanConfig::kThreads, 1) plan_kernel(const Pla
                                                                    : TransportMode::kSami);
   }
   __syncthreads();
+  stamp(3);
 
   // ---- stage 4: quota repair (circle method; the pairs of a phase are disjoint) -------------
   if (B >= 2) {
     const int seats = P + (P & 1);  // odd P: seat P is the bye
     const int ring_size = seats - 1;
     const int num_pairs = seats / 2;
+    SortedLane lane_b;
+    if (B <= 32 && lane < B) {
+      const int b = st.order[lane];
+      lane_b = {st.b_begin[b], st.b_size[b], st.b_owner[b], st.b_quota_offset[b], true};
+    }
     for (int phase = 0; phase < 2 * ring_size; ++phase) {
       const int rot = phase % ring_size;
       // ring after `rot` right rotations of [1 .. seats-1]: ring[i] = 1 + (i - rot) mod n.
@@ -608,7 +718,10 @@ __global__ void __launch_bounds__(PlanConfig::kThreads, 1) plan_kernel(const Pla
       for (int w = warp; w < num_pairs; w += PlanConfig::kWarps) {
         const int a = w == 0 ? 0 : ring(w);
         const int d = w == 0 ? ring(0) : ring(seats - 1 - w);
-        if (a < P && d < P) {
+        if (a >= P || d >= P) continue;
+        if (B <= 32) {
+          trade_pair_small(st, lane_b, a, d, lane);
+        } else {
           trade(st, B, a, d, lane);
           __syncwarp();
           trade(st, B, d, a, lane);
@@ -617,6 +730,7 @@ __global__ void __launch_bounds__(PlanConfig::kThreads, 1) plan_kernel(const Pla
       __syncthreads();
     }
   }
+  stamp(4);
 
   // ---- output: quotas and rewrite tables (one warp per broadcast), invariant checks ---------
   for (int b = warp; b < B; b += PlanConfig::kWarps) {
@@ -706,7 +820,7 @@ __global__ void __launch_bounds__(PlanConfig::kThreads, 1) plan_kernel(const Pla
   }
   if (blockIdx.x == 0 && p.timer != nullptr) {  // CTA-uniform: the barrier is safe
     __syncthreads();
-    if (timed) p.timer[1] = global_timer();
+    stamp(5);
   }
 }
 

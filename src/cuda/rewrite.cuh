@@ -122,20 +122,25 @@ __global__ void __launch_bounds__(RewriteConfig::kThreads) rewrite_kernel(const 
   }
   if (__syncthreads_or(bad) && tid == 0) atomicOr(p.error_word, kGpuBadExpertId);
 
-  // Pass 2: per broadcast, routes of earlier tiles and warps (exclusive prefix, in place).
-  for (int b = tid; b < B; b += RewriteConfig::kThreads) {
+  // Pass 2: per broadcast (one warp each), routes of earlier tiles and warps, as an exclusive
+  // prefix in place. The lanes load the earlier tiles' counts in parallel: a serial loop would
+  // chain up to num_tiles dependent global loads.
+  for (int b = warp; b < B; b += RewriteConfig::kWarps) {
     const int expert = plan[lay.broadcasts() + b * GpuPlanLayout::kBroadcastWords];
     const int32_t* tiles = p.tile_counts + static_cast<int64_t>(row) * p.num_tiles * E + expert;
     int run = 0;
-    for (int t = 0; t < tile; ++t) run += tiles[static_cast<int64_t>(t) * E];
-    for (int w = 0; w < RewriteConfig::kWarps; ++w) {
-      const int n = warp_counts[w * p.max_broadcasts + b];
-      warp_counts[w * p.max_broadcasts + b] = run;
-      run += n;
-    }
-    // The last tile sees every route of the row: they must add up to the counts.
-    if (tile == p.num_tiles - 1 && run != counts[s * E + expert]) {
-      atomicOr(p.error_word, kGpuStaleTiles);
+    for (int t = lane; t < tile; t += 32) run += tiles[static_cast<int64_t>(t) * E];
+    run = __reduce_add_sync(RewriteConfig::kFullMask, run);
+    if (lane == 0) {
+      for (int w = 0; w < RewriteConfig::kWarps; ++w) {
+        const int n = warp_counts[w * p.max_broadcasts + b];
+        warp_counts[w * p.max_broadcasts + b] = run;
+        run += n;
+      }
+      // The last tile sees every route of the row: they must add up to the counts.
+      if (tile == p.num_tiles - 1 && run != counts[s * E + expert]) {
+        atomicOr(p.error_word, kGpuStaleTiles);
+      }
     }
   }
   __syncthreads();

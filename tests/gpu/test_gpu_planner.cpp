@@ -419,9 +419,10 @@ TEST(GpuPlanner, DetectsStaleTileCounts) {
   const Topology topo = Topology::make(4, 16, 4);
   const int n = 2 * cuda::kRouteTile;  // two tiles per rank
   GpuPlanner planner(topo, n, {}, 4);
-  // Rank 0 sends everything to expert 0: a broadcast of expert 0 is certain.
+  // Every rank sends half its routes to expert 0 (rank 0's): a broadcast of expert 0 is certain.
   std::vector<int32_t> ids(4 * static_cast<size_t>(n), 0);
-  for (size_t i = n; i < ids.size(); ++i) ids[i] = static_cast<int32_t>(4 + i % 12);
+  for (size_t i = n; i < ids.size(); ++i)
+    ids[i] = i % 2 == 0 ? 0 : static_cast<int32_t>(4 + i % 12);
   DeviceBuffer<int32_t> d_ids(ids.size());
   DeviceBuffer<int32_t> d_counts(4 * 16);
   DeviceBuffer<int32_t> d_plan(planner.plan_words());
