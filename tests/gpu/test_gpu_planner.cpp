@@ -231,6 +231,52 @@ TEST(GpuPlannerLimits, RejectedOnTheHost) {
   EXPECT_THROW(GpuPlanner(Topology::make(8, 384, 4), 1024, negative), Error);
 }
 
+TEST(GpuPlanLayout, BoundsAndHostDecoding) {
+  // Host-only: runs without a GPU.
+  // EP8, S = 4: every rank receives <= 4 replicas and groups have >= 4 members -> B <= 8.
+  EXPECT_EQ(GpuPlanLayout::make(Topology::make(8, 384, 4)).max_broadcasts, 8);
+  // P = 72 (groups 72/36/18/9), S = 16: 72 * 16 / 9 = 128 < P * C = 1008.
+  EXPECT_EQ(GpuPlanLayout::make(Topology::make(72, 1008, 16)).max_broadcasts, 128);
+  // g_min = 1 at P = 64: groups of one rank, so the owner cap P * C binds.
+  EXPECT_EQ(GpuPlanLayout::make(Topology::make(64, 256, 16, 1)).max_broadcasts, 64 * 4);
+
+  const Topology topo = Topology::make(4, 16, 2);
+  const GpuPlanLayout layout = GpuPlanLayout::make(topo);
+  std::vector<int32_t> words(layout.total_words(), 0);
+  words[GpuPlanLayout::kTarget] = 10;
+  words[GpuPlanLayout::kNumBroadcasts] = 1;
+  words[GpuPlanLayout::kFlags] = 1;
+  words[GpuPlanLayout::kNumRanks] = 4;
+  words[GpuPlanLayout::kNumExperts] = 16;
+  words[GpuPlanLayout::kNumSlots] = 2;
+  words[GpuPlanLayout::kMaxBroadcasts] = layout.max_broadcasts;
+  for (int r = 0; r < 4; ++r) words[layout.loads() + r] = 10 - r;
+  const int32_t record[] = {3, 0, 0, 0, 4, 1, static_cast<int32_t>(TransportMode::kSami)};
+  std::copy(std::begin(record), std::end(record), words.begin() + layout.broadcasts());
+  for (int r = 0; r < 4; ++r) words[layout.quotas() + r] = 2 * r;
+  const Plan plan = plan_from_words(layout, words);
+  EXPECT_EQ(plan.target, 10);
+  EXPECT_TRUE(plan.owner_uses_home_slot);
+  EXPECT_EQ(plan.loads, (std::vector<int32_t>{10, 9, 8, 7}));
+  ASSERT_EQ(plan.broadcasts.size(), 1u);
+  EXPECT_EQ(plan.broadcasts[0].expert, 3);
+  EXPECT_EQ(plan.broadcasts[0].group_size, 4);
+  EXPECT_EQ(plan.broadcasts[0].helper, 1);
+  EXPECT_EQ(plan.broadcasts[0].mode, TransportMode::kSami);
+  EXPECT_EQ(plan.broadcasts[0].quota, (std::vector<int32_t>{0, 2, 4, 6}));
+  // A header that does not match the layout, or too many broadcasts, is rejected.
+  words[GpuPlanLayout::kNumRanks] = 8;
+  EXPECT_THROW(plan_from_words(layout, words), Error);
+  words[GpuPlanLayout::kNumRanks] = 4;
+  words[GpuPlanLayout::kNumBroadcasts] = layout.max_broadcasts + 1;
+  EXPECT_THROW(plan_from_words(layout, words), Error);
+  EXPECT_THROW(plan_from_words(layout, std::span<const int32_t>(words).first(8)), Error);
+
+  EXPECT_EQ(describe_gpu_status(0), "ok");
+  EXPECT_EQ(describe_gpu_status(kGpuBadCounts | kGpuStaleTiles), "bad-counts|stale-tiles");
+  EXPECT_EQ(describe_gpu_status(1u << 20), "unknown-0x100000");
+}
+
 TEST(GpuPlanner, MatchesCpuOnRandomSkewedTokens) {
   SKIP_WITHOUT_GPU();
   const double scale = test_scale();
@@ -401,7 +447,6 @@ TEST(GpuPlanner, ReportsBadInputsInStatusWords) {
   d_counts.upload(counts);
   planner.plan(d_counts.ptr, d_plan.ptr, nullptr);
   EXPECT_EQ(download_plan_status(d_plan.ptr), static_cast<uint32_t>(kGpuBadCounts));
-  EXPECT_EQ(describe_gpu_status(kGpuBadCounts | kGpuStaleTiles), "bad-counts|stale-tiles");
 
   // Rewrite with a plan that failed: home slots and kGpuPlanNotOk.
   DeviceBuffer<int32_t> d_slots(ids.size());
