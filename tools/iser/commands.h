@@ -6,5 +6,6 @@
 namespace iser::cli {
 
 // (subcommands are added here as they land)
+void add_plan_command(CLI::App& app);  // cmd_plan.cpp
 
 }  // namespace iser::cli
