@@ -1,0 +1,360 @@
+// GPU planner benchmark (issue 6, DESIGN §11): kernel time of the HALO-Q planner alone and of
+// planner + rewrite (one rank's tau x k routes) per EP degree, on counts sampled from the bundled
+// real histograms (dsv41-flash/coding.csv, DESIGN §8 sampling rule). CUDA events around CUDA-graph
+// replays, L2 flushed before every replay, inputs cycled; medians of >= 200 samples. Baselines
+// measured in the same run: the CPU reference planner (plan_halo_q, one core) on the same counts
+// and the count kernel.
+//
+//   bench_planner_gpu [-p 4,8,16,32,64] [-E 384] [-S 4] [-t 8192] [-k 6] [-w 20] [-n 400]
+//                     [-G 1] [-c 1] [-J out.json] [-d coding.csv] [-i 16]
+//   -w/-n warm-up/timed replays, -G 1 graph replays (0: direct launches), -c 1 check every plan
+//   and slot id against the CPU, -J JSON file, -d histogram CSV, -i inputs (layers) per EP.
+#include <cuda_runtime.h>
+
+#include <algorithm>
+#include <chrono>
+#include <cstdio>
+#include <cstdlib>
+#include <cstring>
+#include <string>
+#include <thread>
+#include <vector>
+
+#include "../../tests/gpu/routing_samples.h"
+#include "iser/counts.h"
+#include "iser/gpu_planner.h"
+#include "iser/planner.h"
+#include "iser/rewrite.h"
+
+namespace {
+
+// NOTE: no ISER_CUDA_CHECK here: its fmt format strings do not build under nvcc.
+#define BENCH_CUDA(expr)                                                                  \
+  do {                                                                                    \
+    const cudaError_t e_ = (expr);                                                        \
+    if (e_ != cudaSuccess) {                                                              \
+      std::fprintf(stderr, "CUDA error %s in %s at %s:%d\n", cudaGetErrorName(e_), #expr, \
+                   __FILE__, __LINE__);                                                   \
+      std::exit(1);                                                                       \
+    }                                                                                     \
+  } while (0)
+
+struct Args {
+  std::vector<int> ranks = {4, 8, 16, 32, 64};
+  int experts = 384;
+  int slots = 4;
+  int tokens = 8192;
+  int top_k = 6;
+  int warmup = 20;
+  int iters = 400;
+  bool graph = true;
+  bool check = true;
+  int inputs = 16;
+  std::string json;
+  std::string data;
+};
+
+std::string default_data_path() {
+  std::string here = __FILE__;  // <repo>/bench/gpu/bench_planner_gpu.cu
+  const size_t cut = here.rfind("/bench/gpu/");
+  return (cut == std::string::npos ? std::string(".") : here.substr(0, cut)) +
+         "/../shared/data/dsv41-flash/coding.csv";
+}
+
+Args parse(int argc, char** argv) {
+  Args a;
+  a.data = default_data_path();
+  for (int i = 1; i + 1 < argc; i += 2) {
+    const std::string flag = argv[i];
+    const char* v = argv[i + 1];
+    if (flag == "-p") {
+      a.ranks.clear();
+      for (const char* s = v; *s != '\0';) {
+        a.ranks.push_back(std::atoi(s));
+        const char* comma = std::strchr(s, ',');
+        s = comma != nullptr ? comma + 1 : s + std::strlen(s);
+      }
+    } else if (flag == "-E") {
+      a.experts = std::atoi(v);
+    } else if (flag == "-S") {
+      a.slots = std::atoi(v);
+    } else if (flag == "-t") {
+      a.tokens = std::atoi(v);
+    } else if (flag == "-k") {
+      a.top_k = std::atoi(v);
+    } else if (flag == "-w") {
+      a.warmup = std::atoi(v);
+    } else if (flag == "-n") {
+      a.iters = std::atoi(v);
+    } else if (flag == "-G") {
+      a.graph = std::atoi(v) != 0;
+    } else if (flag == "-c") {
+      a.check = std::atoi(v) != 0;
+    } else if (flag == "-J") {
+      a.json = v;
+    } else if (flag == "-d") {
+      a.data = v;
+    } else if (flag == "-i") {
+      a.inputs = std::atoi(v);
+    } else {
+      std::fprintf(stderr, "unknown flag %s\n", flag.c_str());
+      std::exit(2);
+    }
+  }
+  if (a.iters < 200) {
+    std::fprintf(stderr, "-n %d: at least 200 timed replays are needed for the median\n", a.iters);
+    std::exit(2);
+  }
+  return a;
+}
+
+double median(std::vector<double> v) {
+  std::sort(v.begin(), v.end());
+  return v.empty() ? 0.0 : v[v.size() / 2];
+}
+
+// One timed configuration: `enqueue(i)` puts input i's work on the stream. Returns event medians
+// (us) and, when timer != nullptr, the median in-kernel span of the planner (us).
+struct Timing {
+  double event_us = 0;
+  double kernel_us = 0;
+  double stage_us[iser::kGpuPlanTimerSlots - 1] = {};  // stage 1, place+color, prep, repair, out
+};
+
+template <typename Enqueue>
+Timing time_replays(const Args& args, int num_inputs, cudaStream_t stream, void* flush,
+                    size_t flush_bytes, unsigned long long* timer, Enqueue&& enqueue) {
+  constexpr int kSlots = iser::kGpuPlanTimerSlots;
+  const int total = args.warmup + args.iters;
+  std::vector<cudaEvent_t> start(total), stop(total);
+  for (int j = 0; j < total; ++j) {
+    BENCH_CUDA(cudaEventCreate(&start[j]));
+    BENCH_CUDA(cudaEventCreate(&stop[j]));
+  }
+  unsigned long long* spans = nullptr;
+  BENCH_CUDA(cudaMallocHost(&spans, sizeof(unsigned long long) * kSlots * total));
+  for (int j = 0; j < total; ++j) {
+    BENCH_CUDA(cudaMemsetAsync(flush, j & 0xff, flush_bytes, stream));  // evicts L2
+    BENCH_CUDA(cudaEventRecord(start[j], stream));
+    enqueue(j % num_inputs);
+    BENCH_CUDA(cudaEventRecord(stop[j], stream));
+    if (timer != nullptr) {
+      BENCH_CUDA(cudaMemcpyAsync(spans + kSlots * j, timer, kSlots * sizeof(unsigned long long),
+                                 cudaMemcpyDeviceToHost, stream));
+    }
+  }
+  BENCH_CUDA(cudaStreamSynchronize(stream));
+  std::vector<double> ev, kern, stage[kSlots - 1];
+  for (int j = args.warmup; j < total; ++j) {
+    float ms = 0;
+    BENCH_CUDA(cudaEventElapsedTime(&ms, start[j], stop[j]));
+    ev.push_back(ms * 1e3);
+    if (timer != nullptr) {
+      const unsigned long long* t = spans + kSlots * j;
+      kern.push_back((t[kSlots - 1] - t[0]) * 1e-3);
+      for (int k = 0; k + 1 < kSlots; ++k) stage[k].push_back((t[k + 1] - t[k]) * 1e-3);
+    }
+  }
+  for (int j = 0; j < total; ++j) {
+    BENCH_CUDA(cudaEventDestroy(start[j]));
+    BENCH_CUDA(cudaEventDestroy(stop[j]));
+  }
+  BENCH_CUDA(cudaFreeHost(spans));
+  Timing timing{median(ev), median(kern), {}};
+  for (int k = 0; k + 1 < kSlots; ++k) timing.stage_us[k] = median(stage[k]);
+  return timing;
+}
+
+// Graph of whatever `capture` enqueues (or nothing when graphs are off).
+template <typename Capture>
+cudaGraphExec_t make_graph(cudaStream_t stream, Capture&& capture) {
+  cudaGraph_t graph;
+  cudaGraphExec_t exec;
+  BENCH_CUDA(cudaStreamBeginCapture(stream, cudaStreamCaptureModeThreadLocal));
+  capture();
+  BENCH_CUDA(cudaStreamEndCapture(stream, &graph));
+  BENCH_CUDA(cudaGraphInstantiate(&exec, graph, 0));
+  BENCH_CUDA(cudaGraphDestroy(graph));
+  return exec;
+}
+
+}  // namespace
+
+int main(int argc, char** argv) {
+  using namespace iser;
+  const Args args = parse(argc, argv);
+  const auto layers = gpu_test::read_histogram_csv(args.data);
+  cudaDeviceProp prop{};
+  BENCH_CUDA(cudaGetDeviceProperties(&prop, 0));
+  std::printf(
+      "# bench_planner_gpu on %s (%d SMs, L2 %d MiB), E=%d S=%d tau=%d k=%d, %s, "
+      "median of %d, L2 flushed\n",
+      prop.name, prop.multiProcessorCount, prop.l2CacheSize >> 20, args.experts, args.slots,
+      args.tokens, args.top_k, args.graph ? "graph replays" : "launches", args.iters);
+  std::printf("# %4s %14s %14s %14s %14s %14s %12s %10s\n", "EP", "plan_us", "plan_kern_us",
+              "plan+rw_us", "count_us", "cpu_plan_us", "cpu/gpu", "bcasts");
+  cudaStream_t stream;
+  BENCH_CUDA(cudaStreamCreateWithFlags(&stream, cudaStreamNonBlocking));
+  const size_t flush_bytes = std::max<size_t>(size_t{4} * prop.l2CacheSize, size_t{256} << 20);
+  void* flush = nullptr;
+  BENCH_CUDA(cudaMalloc(&flush, flush_bytes));
+  unsigned long long* timer = nullptr;
+  BENCH_CUDA(cudaMalloc(&timer, kGpuPlanTimerSlots * sizeof(unsigned long long)));
+
+  std::string json = "[";
+  bool all_ok = true;
+  for (const int P : args.ranks) {
+    const Topology topo = Topology::make(P, args.experts, args.slots);
+    const int n = args.tokens * args.top_k;
+    const int num_inputs = std::max(1, args.inputs);
+    // Input i: layer 3 + i of the histograms (layers 0-2 are hash-routed), every rank sampled.
+    std::vector<std::vector<int32_t>> ids(num_inputs);
+    std::vector<CountMatrix> counts(num_inputs);
+    std::vector<std::thread> workers;
+    for (int i = 0; i < num_inputs; ++i) {
+      workers.emplace_back([&, i] {
+        const auto& weights = layers[(3 + i) % layers.size()];
+        std::vector<double> w(weights.begin(), weights.end());
+        w.resize(args.experts, 0.0);
+        ids[i].resize(static_cast<size_t>(P) * n);
+        gpu_test::sample_tokens(w, P, args.tokens, args.top_k, 0.0, 1000 * P + i, ids[i].data());
+        counts[i] = CountMatrix::from_topk(ids[i], P, args.tokens, args.top_k, args.experts);
+      });
+    }
+    for (auto& t : workers) t.join();
+
+    // One planner per input: rewrite() uses the tile counts of the input's own count().
+    std::vector<GpuPlanner> planners;
+    std::vector<int32_t*> d_counts(num_inputs), d_plan(num_inputs), d_ids(num_inputs),
+        d_slots(num_inputs), d_row(num_inputs);
+    const int rank = 0;
+    for (int i = 0; i < num_inputs; ++i) {
+      planners.emplace_back(topo, n);
+      BENCH_CUDA(cudaMalloc(&d_counts[i], sizeof(int32_t) * P * args.experts));
+      BENCH_CUDA(cudaMalloc(&d_plan[i], sizeof(int32_t) * planners[i].plan_words()));
+      BENCH_CUDA(cudaMalloc(&d_ids[i], sizeof(int32_t) * n));
+      BENCH_CUDA(cudaMalloc(&d_slots[i], sizeof(int32_t) * n));
+      BENCH_CUDA(cudaMalloc(&d_row[i], sizeof(int32_t) * args.experts));
+      BENCH_CUDA(cudaMemcpy(d_counts[i], counts[i].data().data(),
+                            sizeof(int32_t) * P * args.experts, cudaMemcpyHostToDevice));
+      BENCH_CUDA(cudaMemcpy(d_ids[i], ids[i].data() + static_cast<size_t>(rank) * n,
+                            sizeof(int32_t) * n, cudaMemcpyHostToDevice));
+      planners[i].count(d_ids[i], args.tokens, args.top_k, d_row[i], stream);
+    }
+    BENCH_CUDA(cudaStreamSynchronize(stream));
+
+    std::vector<cudaGraphExec_t> g_plan(num_inputs), g_both(num_inputs), g_count(num_inputs);
+    auto plan_work = [&](int i) { planners[i].plan(d_counts[i], d_plan[i], stream); };
+    auto both_work = [&](int i) {
+      planners[i].plan(d_counts[i], d_plan[i], stream);
+      planners[i].rewrite(d_ids[i], args.tokens, args.top_k, rank, d_counts[i], d_plan[i],
+                          d_slots[i], stream);
+    };
+    auto count_work = [&](int i) {
+      planners[i].count(d_ids[i], args.tokens, args.top_k, d_row[i], stream);
+    };
+    auto run = [&](std::vector<cudaGraphExec_t>& graphs, auto& direct) {
+      return [&](int i) {
+        if (args.graph) {
+          BENCH_CUDA(cudaGraphLaunch(graphs[i], stream));
+        } else {
+          direct(i);
+        }
+      };
+    };
+    // The planner-alone graphs record the in-kernel span; the others do not.
+    if (args.graph) {
+      for (int i = 0; i < num_inputs; ++i) {
+        planners[i].set_plan_timer(timer);
+        g_plan[i] = make_graph(stream, [&] { plan_work(i); });
+        planners[i].set_plan_timer(nullptr);
+        g_both[i] = make_graph(stream, [&] { both_work(i); });
+        g_count[i] = make_graph(stream, [&] { count_work(i); });
+      }
+    }
+    for (auto& planner : planners) planner.set_plan_timer(timer);
+    const Timing t_plan =
+        time_replays(args, num_inputs, stream, flush, flush_bytes, timer, run(g_plan, plan_work));
+    for (auto& planner : planners) planner.set_plan_timer(nullptr);
+    const Timing t_both =
+        time_replays(args, num_inputs, stream, flush, flush_bytes, nullptr, run(g_both, both_work));
+    const Timing t_count = time_replays(args, num_inputs, stream, flush, flush_bytes, nullptr,
+                                        run(g_count, count_work));
+
+    // CPU reference planner on the same counts (one core, workspace reused).
+    std::vector<double> cpu_us;
+    PlannerWorkspace ws;
+    Plan cpu_plan;
+    for (int j = 0; j < args.warmup + args.iters; ++j) {
+      const auto t0 = std::chrono::steady_clock::now();
+      plan_halo_q(topo, counts[j % num_inputs], HaloQOptions{}, ws, cpu_plan);
+      const auto t1 = std::chrono::steady_clock::now();
+      if (j >= args.warmup)
+        cpu_us.push_back(std::chrono::duration<double, std::micro>(t1 - t0).count());
+    }
+    const double cpu = median(cpu_us);
+
+    // Check: every input's GPU plan and slot ids equal the CPU's.
+    int broadcasts = 0;
+    bool ok = true;
+    BENCH_CUDA(cudaStreamSynchronize(stream));
+    for (int i = 0; i < num_inputs && args.check; ++i) {
+      const Plan want = plan_halo_q(topo, counts[i]);
+      const Plan got = download_plan(planners[i].layout(), d_plan[i]);
+      broadcasts += static_cast<int>(want.broadcasts.size());
+      std::vector<int32_t> want_slots(n), got_slots(n);
+      rewrite_tokens(topo, counts[i], want, rank,
+                     std::span<const int32_t>(ids[i]).subspan(static_cast<size_t>(rank) * n, n),
+                     args.top_k, want_slots);
+      BENCH_CUDA(
+          cudaMemcpy(got_slots.data(), d_slots[i], sizeof(int32_t) * n, cudaMemcpyDeviceToHost));
+      ok &= got == want && got_slots == want_slots && planners[i].read_errors() == 0;
+    }
+    all_ok &= ok;
+    std::printf("  %4d %14.2f %14.2f %14.2f %14.2f %14.2f %12.2f %10.1f%s\n", P, t_plan.event_us,
+                t_plan.kernel_us, t_both.event_us, t_count.event_us, cpu, cpu / t_plan.event_us,
+                static_cast<double>(broadcasts) / num_inputs,
+                args.check ? (ok ? "  check ok" : "  CHECK FAILED") : "");
+    std::printf(
+        "       in-kernel stages (us): hist+candidates %.2f, placement+coloring %.2f, "
+        "repair set-up+modes %.2f, repair %.2f, output %.2f\n",
+        t_plan.stage_us[0], t_plan.stage_us[1], t_plan.stage_us[2], t_plan.stage_us[3],
+        t_plan.stage_us[4]);
+    char buf[768];
+    std::snprintf(buf, sizeof(buf),
+                  "%s{\"ep\":%d,\"experts\":%d,\"slots\":%d,\"tokens\":%d,\"top_k\":%d,"
+                  "\"plan_us\":%.3f,\"plan_kernel_us\":%.3f,\"plan_rewrite_us\":%.3f,"
+                  "\"count_us\":%.3f,\"cpu_plan_us\":%.3f,\"stages_us\":[%.3f,%.3f,%.3f,%.3f,%.3f],"
+                  "\"check\":%s}",
+                  json.size() > 1 ? "," : "", P, args.experts, args.slots, args.tokens, args.top_k,
+                  t_plan.event_us, t_plan.kernel_us, t_both.event_us, t_count.event_us, cpu,
+                  t_plan.stage_us[0], t_plan.stage_us[1], t_plan.stage_us[2], t_plan.stage_us[3],
+                  t_plan.stage_us[4], args.check ? (ok ? "true" : "false") : "null");
+    json += buf;
+
+    for (int i = 0; i < num_inputs; ++i) {
+      if (args.graph) {
+        BENCH_CUDA(cudaGraphExecDestroy(g_plan[i]));
+        BENCH_CUDA(cudaGraphExecDestroy(g_both[i]));
+        BENCH_CUDA(cudaGraphExecDestroy(g_count[i]));
+      }
+      BENCH_CUDA(cudaFree(d_counts[i]));
+      BENCH_CUDA(cudaFree(d_plan[i]));
+      BENCH_CUDA(cudaFree(d_ids[i]));
+      BENCH_CUDA(cudaFree(d_slots[i]));
+      BENCH_CUDA(cudaFree(d_row[i]));
+    }
+  }
+  json += "]\n";
+  if (!args.json.empty()) {
+    FILE* f = std::fopen(args.json.c_str(), "w");
+    if (f != nullptr) {
+      std::fputs(json.c_str(), f);
+      std::fclose(f);
+    }
+  }
+  BENCH_CUDA(cudaFree(flush));
+  BENCH_CUDA(cudaFree(timer));
+  BENCH_CUDA(cudaStreamDestroy(stream));
+  return all_ok ? 0 : 1;
+}

@@ -1,0 +1,154 @@
+// GPU planner (DESIGN §4, §9): count, HALO-Q planner and route-rewrite kernels behind one host
+// object. Every input and output lives in device memory; no call synchronises with the host, so
+// a whole invocation (count -> all-gather -> plan -> rewrite) can be captured in a CUDA graph.
+// The plans are bit-identical to the CPU reference planner (`plan_halo_q`, `rewrite_tokens`).
+//
+// Errors: limits are checked on the host when the planner is built (iser::Error); everything
+// that can only be seen on the device (an expert id out of range, an invalid count matrix, an
+// internal planner failure, stale tile counts) sets a bit of a status word (GpuStatus). A plan
+// whose status is not zero carries no broadcasts and the home loads, so a consumer that ignores
+// the status still routes every token to its home slot: never a silent wrong plan.
+#pragma once
+
+#include <cstdint>
+#include <span>
+#include <string>
+
+#include "iser/plan.h"
+#include "iser/topology.h"
+
+struct CUstream_st;  // cudaStream_t without the CUDA headers
+
+namespace iser {
+
+// Limits of the GPU planner (DESIGN §5: any P >= 2 up to 72, E <= 1024, S <= 16).
+inline constexpr int kGpuMaxRanks = 72;
+inline constexpr int kGpuMaxExperts = 1024;
+inline constexpr int kGpuMaxSlots = 16;
+inline constexpr int kGpuMaxRoutesPerRank = 262144;  // tau * k per rank
+inline constexpr int kGpuPlanTimerSlots = 6;
+
+// Status bits (device words; 0 = success).
+enum GpuStatus : uint32_t {
+  kGpuOk = 0,
+  kGpuBadExpertId = 1u << 0,     // count/rewrite: an id outside [-1, E) (treated as "no expert")
+  kGpuBadCounts = 1u << 1,       // plan: a count < 0 or > max routes per rank
+  kGpuColoringFailed = 1u << 2,  // plan: no common free helper index (internal error)
+  kGpuPlanOverflow = 1u << 3,    // plan: more broadcasts or quota entries than bounded (internal)
+  kGpuPlanInvariant = 1u << 4,   // plan: a quota < 0 or quotas not summing to hist (internal)
+  kGpuStaleTiles = 1u << 5,      // rewrite: tile counts from count() do not match the counts
+  kGpuPlanNotOk = 1u << 6,       // rewrite: the plan's status was not 0 (home slots were used)
+};
+// "bad-expert-id|stale-tiles" style names of the set bits ("ok" for 0).
+std::string describe_gpu_status(uint32_t status);
+
+// HALO-Q variants the GPU planner runs (DESIGN §4-§6); identical to HaloQOptions of the CPU
+// planner for the same fields.
+struct GpuPlannerOptions {
+  bool owner_home = false;      // owner-home: an owner inside its group uses its home slot
+  bool absorb = false;          // absorb: finer levels only when room >= give (else best room)
+  bool owner_in_group = false;  // halo-q-owner-in: only the owner's own aligned group
+  int32_t min_move = 0;         // skip replications moving fewer routes (cursor still advances)
+};
+
+// Flat plan layout in device memory: int32 words at these offsets. Header words, then
+//   loads[P]                          routes each rank computes after planning
+//   broadcasts[max_broadcasts][8]     {expert, owner, level, group_begin, group_size, helper,
+//                                      mode (TransportMode), reserved}, plan order
+//   quotas[max_broadcasts][P]         routes of the broadcast's expert each rank computes
+// and the rewrite tables (derived from counts and quotas, DESIGN §4.5):
+//   expert_broadcast[E]               broadcast index of each expert, -1 when none
+//   supply_begin[max_broadcasts][P]   residual supply of the ranks before r (north-west corner)
+//   demand_end[max_broadcasts][P]     residual demand of the ranks up to r, inclusive
+// Only the first num_broadcasts rows of the per-broadcast arrays are meaningful.
+struct GpuPlanLayout {
+  static constexpr int kStatus = 0;         // GpuStatus bits of this plan
+  static constexpr int kTarget = 1;         // T = ceil(total / P)
+  static constexpr int kNumBroadcasts = 2;  // B (0 when status != 0)
+  static constexpr int kFlags = 3;          // bit 0: owner_uses_home_slot
+  static constexpr int kNumRanks = 4;
+  static constexpr int kNumExperts = 5;
+  static constexpr int kNumSlots = 6;
+  static constexpr int kMaxBroadcasts = 7;
+  static constexpr int kHeaderWords = 8;
+  static constexpr int kBroadcastWords = 8;
+  enum BroadcastField { kExpert, kOwner, kLevel, kGroupBegin, kGroupSize, kHelper, kMode };
+
+  int num_ranks = 0;
+  int num_experts = 0;
+  int num_slots = 0;
+  int max_broadcasts = 0;
+
+  // Upper bound on broadcasts: every owner exports at most C = min(S, H), every rank receives at
+  // most S and every group has at least the finest group size.
+  static GpuPlanLayout make(const Topology& topo);
+
+  constexpr int loads() const { return kHeaderWords; }
+  constexpr int broadcasts() const { return loads() + num_ranks; }
+  constexpr int quotas() const { return broadcasts() + kBroadcastWords * max_broadcasts; }
+  constexpr int expert_broadcast() const { return quotas() + max_broadcasts * num_ranks; }
+  constexpr int supply_begin() const { return expert_broadcast() + num_experts; }
+  constexpr int demand_end() const { return supply_begin() + max_broadcasts * num_ranks; }
+  constexpr int total_words() const { return demand_end() + max_broadcasts * num_ranks; }
+};
+
+// Host copy of a device plan (plan_words = GpuPlanLayout::total_words() words) as an iser::Plan
+// (resident = false). Throws iser::Error when the words' header does not match the layout.
+Plan plan_from_words(const GpuPlanLayout& layout, std::span<const int32_t> plan_words);
+// Synchronous device -> host copy of one plan (tests, tools; not for the hot path).
+Plan download_plan(const GpuPlanLayout& layout, const int32_t* device_plan);
+uint32_t download_plan_status(const int32_t* device_plan);
+
+class GpuPlanner {
+ public:
+  // max_routes_per_rank: largest tau * k one row of count()/rewrite() carries; max_rows: most
+  // rows (ranks x invocations) one count()/rewrite_all() call handles. Throws iser::Error when
+  // the topology or the routes are beyond the limits above.
+  GpuPlanner(const Topology& topo, int max_routes_per_rank, const GpuPlannerOptions& options = {},
+             int max_rows = 1);
+  ~GpuPlanner();
+  GpuPlanner(GpuPlanner&&) noexcept;
+  GpuPlanner& operator=(GpuPlanner&&) noexcept;
+  GpuPlanner(const GpuPlanner&) = delete;
+  GpuPlanner& operator=(const GpuPlanner&) = delete;
+
+  const Topology& topology() const;
+  const GpuPlanLayout& layout() const;
+  const GpuPlannerOptions& options() const;
+  int plan_words() const { return layout().total_words(); }
+
+  // topk_ids [num_rows][num_tokens * top_k] (-1 = none) -> counts [num_rows][E]. Also records
+  // per-tile counts that rewrite() needs: rewrite the same ids after counting them, in stream
+  // order. Ids outside [-1, E) are ignored and set kGpuBadExpertId in the error word.
+  void count(const int32_t* topk_ids, int num_tokens, int top_k, int32_t* counts,
+             CUstream_st* stream, int num_rows = 1);
+
+  // All-gathered counts [num_plans][P][E] -> plans [num_plans][plan_words()] (one CTA each).
+  void plan(const int32_t* counts, int32_t* plans, CUstream_st* stream, int num_plans = 1);
+
+  // Rank rank_idx's topk_ids [num_tokens * top_k] -> global slot ids (DESIGN §3), given the full
+  // counts [P][E] of the invocation and its plan. Needs the tile counts of the last count() of
+  // these ids (the ids of one row). -1 stays -1; ids out of range become -1.
+  void rewrite(const int32_t* topk_ids, int num_tokens, int top_k, int rank_idx,
+               const int32_t* counts, const int32_t* plan, int32_t* slot_ids, CUstream_st* stream);
+  // Every rank of num_plans invocations at once: topk_ids [num_plans][P][n] counted by one
+  // count(..., num_rows = num_plans * P), counts [num_plans][P][E], plans [num_plans][words].
+  void rewrite_all(const int32_t* topk_ids, int num_tokens, int top_k, const int32_t* counts,
+                   const int32_t* plans, int num_plans, int32_t* slot_ids, CUstream_st* stream);
+
+  // Sticky device error word of count()/rewrite() (GpuStatus bits; the plans carry their own).
+  uint32_t* error_word() const;
+  void clear_errors(CUstream_st* stream);
+  uint32_t read_errors() const;  // synchronous (tests, tools)
+
+  // Optional profiling: CTA 0 of plan() writes kGpuPlanTimerSlots device globaltimer values (ns)
+  // to this device array: start, after stage 1, after placement + coloring, after the repair
+  // set-up and transport modes, after repair, end. nullptr (default) disables it.
+  void set_plan_timer(unsigned long long* device_timer);
+
+ private:
+  struct Impl;
+  Impl* impl_ = nullptr;
+};
+
+}  // namespace iser

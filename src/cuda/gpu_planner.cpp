@@ -1,0 +1,355 @@
+// GpuPlanner: limits checked on the host, device workspace owned here, kernels launched through
+// their launch units (count.cu, plan.cu, rewrite.cu).
+#include "iser/gpu_planner.h"
+
+#include <cuda_runtime.h>
+
+#include <algorithm>
+#include <utility>
+#include <vector>
+
+#include "cuda/planner_kernels.h"
+#include "iser/error.h"
+
+namespace iser {
+
+std::string describe_gpu_status(uint32_t status) {
+  if (status == 0) return "ok";
+  static constexpr std::pair<uint32_t, const char*> kNames[] = {
+      {kGpuBadExpertId, "bad-expert-id"},      {kGpuBadCounts, "bad-counts"},
+      {kGpuColoringFailed, "coloring-failed"}, {kGpuPlanOverflow, "plan-overflow"},
+      {kGpuPlanInvariant, "plan-invariant"},   {kGpuStaleTiles, "stale-tiles"},
+      {kGpuPlanNotOk, "plan-not-ok"}};
+  std::string text;
+  uint32_t known = 0;
+  for (const auto& [bit, name] : kNames) {
+    known |= bit;
+    if ((status & bit) == 0) continue;
+    if (!text.empty()) text += '|';
+    text += name;
+  }
+  if ((status & ~known) != 0)
+    text += fmt::format("{}unknown-0x{:x}", text.empty() ? "" : "|", status & ~known);
+  return text;
+}
+
+GpuPlanLayout GpuPlanLayout::make(const Topology& topo) {
+  GpuPlanLayout layout;
+  layout.num_ranks = topo.num_ranks;
+  layout.num_experts = topo.num_experts;
+  layout.num_slots = topo.num_slots;
+  const int finest = topo.group_size(topo.num_levels() - 1);
+  const int by_owner = topo.num_ranks * topo.max_exports_per_owner();
+  const int by_slots = topo.num_ranks * topo.num_slots / std::max(finest, 1);
+  layout.max_broadcasts = std::max(1, std::min(by_owner, by_slots));
+  return layout;
+}
+
+Plan plan_from_words(const GpuPlanLayout& layout, std::span<const int32_t> w) {
+  ISER_CHECK(w.size() >= static_cast<size_t>(layout.total_words()),
+             "GPU plan has {} words, expected {}", w.size(), layout.total_words());
+  ISER_CHECK(w[GpuPlanLayout::kNumRanks] == layout.num_ranks &&
+                 w[GpuPlanLayout::kNumExperts] == layout.num_experts &&
+                 w[GpuPlanLayout::kNumSlots] == layout.num_slots &&
+                 w[GpuPlanLayout::kMaxBroadcasts] == layout.max_broadcasts,
+             "GPU plan header (P = {}, E = {}, S = {}, max broadcasts = {}) does not match the "
+             "layout (P = {}, E = {}, S = {}, max broadcasts = {})",
+             w[GpuPlanLayout::kNumRanks], w[GpuPlanLayout::kNumExperts],
+             w[GpuPlanLayout::kNumSlots], w[GpuPlanLayout::kMaxBroadcasts], layout.num_ranks,
+             layout.num_experts, layout.num_slots, layout.max_broadcasts);
+  const int num_broadcasts = w[GpuPlanLayout::kNumBroadcasts];
+  ISER_CHECK(num_broadcasts >= 0 && num_broadcasts <= layout.max_broadcasts,
+             "GPU plan field num_broadcasts = {} outside [0, {}]", num_broadcasts,
+             layout.max_broadcasts);
+  const int P = layout.num_ranks;
+  Plan plan;
+  plan.num_ranks = P;
+  plan.num_experts = layout.num_experts;
+  plan.num_slots = layout.num_slots;
+  plan.target = w[GpuPlanLayout::kTarget];
+  plan.owner_uses_home_slot = (w[GpuPlanLayout::kFlags] & 1) != 0;
+  plan.loads.assign(w.begin() + layout.loads(), w.begin() + layout.loads() + P);
+  plan.broadcasts.resize(num_broadcasts);
+  for (int b = 0; b < num_broadcasts; ++b) {
+    const int32_t* rec = w.data() + layout.broadcasts() + b * GpuPlanLayout::kBroadcastWords;
+    Broadcast& out = plan.broadcasts[b];
+    out.expert = rec[GpuPlanLayout::kExpert];
+    out.owner = rec[GpuPlanLayout::kOwner];
+    out.level = rec[GpuPlanLayout::kLevel];
+    out.group_begin = rec[GpuPlanLayout::kGroupBegin];
+    out.group_size = rec[GpuPlanLayout::kGroupSize];
+    out.helper = rec[GpuPlanLayout::kHelper];
+    out.mode = static_cast<TransportMode>(rec[GpuPlanLayout::kMode]);
+    out.resident = false;
+    const int32_t* q = w.data() + layout.quotas() + static_cast<size_t>(b) * P;
+    out.quota.assign(q, q + P);
+  }
+  return plan;
+}
+
+Plan download_plan(const GpuPlanLayout& layout, const int32_t* device_plan) {
+  std::vector<int32_t> words(layout.total_words());
+  ISER_CUDA_CHECK(cudaMemcpy(words.data(), device_plan, words.size() * sizeof(int32_t),
+                             cudaMemcpyDeviceToHost));
+  return plan_from_words(layout, words);
+}
+
+uint32_t download_plan_status(const int32_t* device_plan) {
+  int32_t status = 0;
+  ISER_CUDA_CHECK(cudaMemcpy(&status, device_plan + GpuPlanLayout::kStatus, sizeof(status),
+                             cudaMemcpyDeviceToHost));
+  return static_cast<uint32_t>(status);
+}
+
+namespace {
+
+// Owned device allocation.
+template <typename T>
+class DeviceArray {
+ public:
+  DeviceArray() = default;
+  explicit DeviceArray(size_t n) : size_(n) {
+    if (n > 0) ISER_CUDA_CHECK(cudaMalloc(&data_, n * sizeof(T)));
+  }
+  ~DeviceArray() {
+    if (data_ != nullptr) cudaFree(data_);
+  }
+  DeviceArray(DeviceArray&& other) noexcept
+      : data_(std::exchange(other.data_, nullptr)), size_(std::exchange(other.size_, 0)) {}
+  DeviceArray& operator=(DeviceArray&& other) noexcept {
+    std::swap(data_, other.data_);
+    std::swap(size_, other.size_);
+    return *this;
+  }
+  T* get() const { return data_; }
+  size_t size() const { return size_; }
+
+ private:
+  T* data_ = nullptr;
+  size_t size_ = 0;
+};
+
+}  // namespace
+
+struct GpuPlanner::Impl {
+  Topology topo;
+  GpuPlanLayout layout;
+  GpuPlannerOptions options;
+  int max_routes = 0;
+  int max_rows = 0;
+  int max_tiles = 0;
+  int plan_smem = 0;
+  int rewrite_smem = 0;
+  // Routes per row of the last count() (rewrite() must follow a count() of the same shape).
+  int counted_routes = -1;
+  int counted_rows = 0;
+  unsigned long long* timer = nullptr;
+  DeviceArray<int32_t> tile_counts;  // [max_rows][max_tiles][E]
+  DeviceArray<uint32_t> tickets;     // [max_rows]
+  DeviceArray<uint32_t> error_word;  // [1]
+};
+
+GpuPlanner::GpuPlanner(const Topology& topo, int max_routes_per_rank,
+                       const GpuPlannerOptions& options, int max_rows) {
+  const int P = topo.num_ranks;
+  const int E = topo.num_experts;
+  const int S = topo.num_slots;
+  ISER_CHECK(P >= 2 && P <= kGpuMaxRanks, "GPU planner: P = {} ranks outside [2, {}]", P,
+             kGpuMaxRanks);
+  ISER_CHECK(E >= P && E <= kGpuMaxExperts && E % P == 0,
+             "GPU planner: E = {} experts must be a multiple of P = {} and at most {}", E, P,
+             kGpuMaxExperts);
+  ISER_CHECK(S >= 0 && S <= kGpuMaxSlots, "GPU planner: S = {} helper slots outside [0, {}]", S,
+             kGpuMaxSlots);
+  ISER_CHECK(topo.g_min >= 1, "GPU planner: g_min = {} must be >= 1", topo.g_min);
+  ISER_CHECK(max_routes_per_rank >= 1 && max_routes_per_rank <= kGpuMaxRoutesPerRank,
+             "GPU planner: max routes per rank (tau * k) = {} outside [1, {}]", max_routes_per_rank,
+             kGpuMaxRoutesPerRank);
+  ISER_CHECK(max_rows >= 1 && max_rows <= 65535, "GPU planner: max rows = {} outside [1, 65535]",
+             max_rows);
+  ISER_CHECK(options.min_move >= 0, "GPU planner: min_move = {} must be >= 0", options.min_move);
+  impl_ = new Impl{};
+  try {
+    Impl& d = *impl_;
+    d.topo = topo;
+    d.layout = GpuPlanLayout::make(topo);
+    d.options = options;
+    d.max_routes = max_routes_per_rank;
+    d.max_rows = max_rows;
+    d.max_tiles = cuda::num_route_tiles(max_routes_per_rank);
+    d.tile_counts = DeviceArray<int32_t>(static_cast<size_t>(max_rows) * d.max_tiles * E);
+    d.tickets = DeviceArray<uint32_t>(static_cast<size_t>(max_rows));
+    d.error_word = DeviceArray<uint32_t>(1);
+    ISER_CUDA_CHECK(cudaMemset(d.tickets.get(), 0, d.tickets.size() * sizeof(uint32_t)));
+    ISER_CUDA_CHECK(cudaMemset(d.error_word.get(), 0, sizeof(uint32_t)));
+
+    cuda::PlanParams plan_params;
+    plan_params.num_ranks = P;
+    plan_params.num_experts = E;
+    plan_params.num_slots = S;
+    plan_params.max_broadcasts = d.layout.max_broadcasts;
+    d.plan_smem = cuda::plan_smem_bytes(plan_params);
+    cuda::RewriteParams rewrite_params;
+    rewrite_params.max_broadcasts = d.layout.max_broadcasts;
+    d.rewrite_smem = cuda::rewrite_smem_bytes(rewrite_params);
+    int device = 0;
+    int smem_optin = 0;
+    ISER_CUDA_CHECK(cudaGetDevice(&device));
+    ISER_CUDA_CHECK(
+        cudaDeviceGetAttribute(&smem_optin, cudaDevAttrMaxSharedMemoryPerBlockOptin, device));
+    ISER_CHECK(d.plan_smem <= smem_optin && d.rewrite_smem <= smem_optin,
+               "GPU planner: P = {}, E = {}, S = {} needs {} / {} bytes of shared memory, the "
+               "device allows {}",
+               P, E, S, d.plan_smem, d.rewrite_smem, smem_optin);
+    ISER_CUDA_CHECK(static_cast<cudaError_t>(cuda::prepare_plan_kernel(d.plan_smem)));
+    ISER_CUDA_CHECK(static_cast<cudaError_t>(cuda::prepare_rewrite_kernel(d.rewrite_smem)));
+  } catch (...) {
+    delete impl_;
+    throw;
+  }
+}
+
+GpuPlanner::~GpuPlanner() {
+  delete impl_;
+}
+GpuPlanner::GpuPlanner(GpuPlanner&& other) noexcept : impl_(std::exchange(other.impl_, nullptr)) {}
+GpuPlanner& GpuPlanner::operator=(GpuPlanner&& other) noexcept {
+  std::swap(impl_, other.impl_);
+  return *this;
+}
+
+const Topology& GpuPlanner::topology() const {
+  return impl_->topo;
+}
+const GpuPlanLayout& GpuPlanner::layout() const {
+  return impl_->layout;
+}
+const GpuPlannerOptions& GpuPlanner::options() const {
+  return impl_->options;
+}
+uint32_t* GpuPlanner::error_word() const {
+  return impl_->error_word.get();
+}
+void GpuPlanner::set_plan_timer(unsigned long long* device_timer) {
+  impl_->timer = device_timer;
+}
+
+void GpuPlanner::clear_errors(CUstream_st* stream) {
+  ISER_CUDA_CHECK(cudaMemsetAsync(impl_->error_word.get(), 0, sizeof(uint32_t), stream));
+}
+
+uint32_t GpuPlanner::read_errors() const {
+  uint32_t value = 0;
+  ISER_CUDA_CHECK(
+      cudaMemcpy(&value, impl_->error_word.get(), sizeof(value), cudaMemcpyDeviceToHost));
+  return value;
+}
+
+void GpuPlanner::count(const int32_t* topk_ids, int num_tokens, int top_k, int32_t* counts,
+                       CUstream_st* stream, int num_rows) {
+  Impl& d = *impl_;
+  ISER_CHECK(num_tokens >= 0 && top_k >= 1, "GPU count: invalid num_tokens = {}, top_k = {}",
+             num_tokens, top_k);
+  const int64_t routes = static_cast<int64_t>(num_tokens) * top_k;
+  ISER_CHECK(routes <= d.max_routes,
+             "GPU count: tau * k = {} * {} = {} routes exceed the planner's limit {}", num_tokens,
+             top_k, routes, d.max_routes);
+  ISER_CHECK(num_rows >= 1 && num_rows <= d.max_rows, "GPU count: num_rows = {} outside [1, {}]",
+             num_rows, d.max_rows);
+  cuda::CountParams p;
+  p.topk_ids = topk_ids;
+  p.counts = counts;
+  p.tile_counts = d.tile_counts.get();
+  p.tickets = d.tickets.get();
+  p.error_word = d.error_word.get();
+  p.num_rows = num_rows;
+  p.num_routes = static_cast<int>(routes);
+  p.num_tiles = cuda::num_route_tiles(p.num_routes);
+  p.num_experts = d.topo.num_experts;
+  ISER_CUDA_CHECK(static_cast<cudaError_t>(cuda::launch_count(p, stream)));
+  d.counted_routes = p.num_routes;
+  d.counted_rows = num_rows;
+}
+
+void GpuPlanner::plan(const int32_t* counts, int32_t* plans, CUstream_st* stream, int num_plans) {
+  const Impl& d = *impl_;
+  ISER_CHECK(num_plans >= 1, "GPU plan: num_plans = {} must be >= 1", num_plans);
+  cuda::PlanParams p;
+  p.counts = counts;
+  p.plans = plans;
+  p.timer = d.timer;
+  p.num_plans = num_plans;
+  p.plan_words = d.layout.total_words();
+  p.num_ranks = d.topo.num_ranks;
+  p.num_experts = d.topo.num_experts;
+  p.num_slots = d.topo.num_slots;
+  p.num_levels = d.topo.num_levels();
+  p.max_broadcasts = d.layout.max_broadcasts;
+  p.max_count = d.max_routes;
+  p.min_move = d.options.min_move;
+  p.owner_home = d.options.owner_home;
+  p.absorb = d.options.absorb;
+  p.owner_in_group = d.options.owner_in_group;
+  ISER_CUDA_CHECK(static_cast<cudaError_t>(cuda::launch_plan(p, stream)));
+}
+
+namespace {
+
+void launch_rewrite_rows(const GpuPlanner& planner, int max_broadcasts, const int32_t* tile_counts,
+                         uint32_t* error_word, const int32_t* topk_ids, int num_routes,
+                         int first_rank, int num_rows, const int32_t* counts, const int32_t* plans,
+                         int32_t* slot_ids, CUstream_st* stream) {
+  const Topology& topo = planner.topology();
+  cuda::RewriteParams p;
+  p.topk_ids = topk_ids;
+  p.counts = counts;
+  p.plans = plans;
+  p.tile_counts = tile_counts;
+  p.slot_ids = slot_ids;
+  p.error_word = error_word;
+  p.num_rows = num_rows;
+  p.first_rank = first_rank;
+  p.num_routes = num_routes;
+  p.num_tiles = cuda::num_route_tiles(num_routes);
+  p.plan_words = planner.plan_words();
+  p.num_ranks = topo.num_ranks;
+  p.num_experts = topo.num_experts;
+  p.num_slots = topo.num_slots;
+  p.max_broadcasts = max_broadcasts;
+  ISER_CUDA_CHECK(static_cast<cudaError_t>(cuda::launch_rewrite(p, stream)));
+}
+
+}  // namespace
+
+void GpuPlanner::rewrite(const int32_t* topk_ids, int num_tokens, int top_k, int rank_idx,
+                         const int32_t* counts, const int32_t* plan, int32_t* slot_ids,
+                         CUstream_st* stream) {
+  const Impl& d = *impl_;
+  const int64_t routes = static_cast<int64_t>(num_tokens) * top_k;
+  ISER_CHECK(rank_idx >= 0 && rank_idx < d.topo.num_ranks, "GPU rewrite: rank {} outside [0, {})",
+             rank_idx, d.topo.num_ranks);
+  ISER_CHECK(routes == d.counted_routes && d.counted_rows == 1,
+             "GPU rewrite: {} routes of one row, but the last count() saw {} routes x {} rows "
+             "(count the same ids first)",
+             routes, d.counted_routes, d.counted_rows);
+  launch_rewrite_rows(*this, d.layout.max_broadcasts, d.tile_counts.get(), d.error_word.get(),
+                      topk_ids, static_cast<int>(routes), rank_idx, 1, counts, plan, slot_ids,
+                      stream);
+}
+
+void GpuPlanner::rewrite_all(const int32_t* topk_ids, int num_tokens, int top_k,
+                             const int32_t* counts, const int32_t* plans, int num_plans,
+                             int32_t* slot_ids, CUstream_st* stream) {
+  const Impl& d = *impl_;
+  const int64_t routes = static_cast<int64_t>(num_tokens) * top_k;
+  const int64_t rows = static_cast<int64_t>(num_plans) * d.topo.num_ranks;
+  ISER_CHECK(num_plans >= 1 && routes == d.counted_routes && rows == d.counted_rows,
+             "GPU rewrite_all: {} plans x {} ranks x {} routes, but the last count() saw {} "
+             "rows x {} routes (count the same ids first)",
+             num_plans, d.topo.num_ranks, routes, d.counted_rows, d.counted_routes);
+  launch_rewrite_rows(*this, d.layout.max_broadcasts, d.tile_counts.get(), d.error_word.get(),
+                      topk_ids, static_cast<int>(routes), 0, static_cast<int>(rows), counts, plans,
+                      slot_ids, stream);
+}
+
+}  // namespace iser

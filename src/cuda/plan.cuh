@@ -1,0 +1,827 @@
+// HALO-Q planner kernel (DESIGN §4.1-§4.4, §4.6): the all-gathered counts [P][E] -> one plan in
+// the GpuPlanLayout, on one CTA per plan. Decisions are identical to the CPU reference planner
+// (src/core/planner): same int32 arithmetic, same ties, same pass budget.
+//
+// Stages and who runs them:
+//   1 hist, loads, T, candidates        all threads
+//   2 placement (sequential passes)     warp 0: per-pass argmax and group search are warp
+//                                       reductions over the ranks (P <= 72: <= 3 per lane)
+//   3 slot coloring (sequential)        warp 0
+//   6 transport modes, repair prep      all threads
+//   4 quota repair                      one warp per circle-method pair, a barrier per phase
+//   out plan words + rewrite tables     all threads
+// Per-rank state and the broadcasts live in shared memory; quotas are stored compactly (group
+// members, then the owner when it is outside) since Σ_b |G_b| <= P·S.
+#pragma once
+
+#include <cstdint>
+
+#include "cuda/planner_kernels.h"
+#include "iser/gpu_planner.h"
+
+namespace iser::cuda {
+
+struct PlanConfig {
+  static constexpr int kThreads = 512;
+  static constexpr int kWarps = kThreads / 32;
+  static constexpr unsigned kFullMask = 0xffffffffu;
+  static constexpr int kRankChunks = (kGpuMaxRanks + 31) / 32;  // ranks per lane, at most
+  static constexpr int kLoadsInFlight = 8;  // independent global loads per thread (stage 1)
+};
+
+// Shared-memory layout of the plan kernel, in int32 words (host and device compute the same).
+struct PlanSmem {
+  int hist, expert_broadcast, candidates, load, home_load, recv_used, send_used, next_candidate,
+      frozen, prefix, used, b_expert, b_owner, b_level, b_begin, b_size, b_helper, b_mode,
+      b_quota_offset, order, quota, own, scalars, total;
+
+  __host__ __device__ static PlanSmem make(int P, int E, int C, int max_broadcasts, int S) {
+    PlanSmem s{};
+    const int quota_cap = P * S + max_broadcasts;
+    int at = 0;
+    auto take = [&at](int words) {
+      const int begin = at;
+      at += (words + 3) & ~3;  // 16-byte aligned arrays
+      return begin;
+    };
+    s.hist = take(E);
+    s.expert_broadcast = take(E);
+    s.candidates = take(P * C);
+    s.load = take(P);
+    s.home_load = take(P);
+    s.recv_used = take(P);
+    s.send_used = take(P);
+    s.next_candidate = take(P);
+    s.frozen = take(P);
+    s.prefix = take(P + 1);
+    s.used = take(P);
+    s.b_expert = take(max_broadcasts);
+    s.b_owner = take(max_broadcasts);
+    s.b_level = take(max_broadcasts);
+    s.b_begin = take(max_broadcasts);
+    s.b_size = take(max_broadcasts);
+    s.b_helper = take(max_broadcasts);
+    s.b_mode = take(max_broadcasts);
+    s.b_quota_offset = take(max_broadcasts);
+    s.order = take(max_broadcasts);
+    s.quota = take(quota_cap);
+    s.own = take(quota_cap);
+    s.scalars = take(8);
+    s.total = at;
+    return s;
+  }
+};
+
+namespace plan_detail {
+
+enum Scalar { kStatusWord, kTargetWord, kNumBroadcastsWord, kTotalWord };
+
+__device__ __forceinline__ unsigned long long global_timer() {
+  unsigned long long t;
+  asm volatile("mov.u64 %0, %%globaltimer;" : "=l"(t));
+  return t;
+}
+
+__device__ __forceinline__ int warp_inclusive_scan(int v, int lane) {
+#pragma unroll
+  for (int d = 1; d < 32; d <<= 1) {
+    const int n = __shfl_up_sync(PlanConfig::kFullMask, v, d);
+    if (lane >= d) v += n;
+  }
+  return v;
+}
+
+__device__ __forceinline__ unsigned warp_inclusive_scan_u(unsigned v, int lane) {
+#pragma unroll
+  for (int d = 1; d < 32; d <<= 1) {
+    const unsigned n = __shfl_up_sync(PlanConfig::kFullMask, v, d);
+    if (lane >= d) v += n;
+  }
+  return v;
+}
+
+// Views of the shared arrays of one plan.
+struct State {
+  int P, E, S, H, C, num_levels, max_broadcasts, quota_cap;
+  int32_t* hist;
+  int32_t* expert_broadcast;
+  int32_t* candidates;
+  int32_t* load;
+  int32_t* home_load;
+  int32_t* recv_used;
+  int32_t* send_used;
+  int32_t* next_candidate;
+  int32_t* frozen;
+  uint32_t* prefix;  // packed (room << 7) | ineligible, inclusive prefix over ranks
+  uint32_t* used;    // helper indices in use per rank (coloring)
+  int32_t* b_expert;
+  int32_t* b_owner;
+  int32_t* b_level;
+  int32_t* b_begin;
+  int32_t* b_size;
+  int32_t* b_helper;
+  int32_t* b_mode;
+  int32_t* b_quota_offset;
+  int32_t* order;
+  int32_t* quota;  // compact: members of the group, then the owner when outside it
+  int32_t* own;    // c[r][e_b] per compact entry
+  int32_t* scalars;
+
+  // Compact quota index of rank r in broadcast b, -1 when r is not a host.
+  __device__ __forceinline__ int host_index(int b, int r) const {
+    const int begin = b_begin[b];
+    const int size = b_size[b];
+    if (r >= begin && r < begin + size) return b_quota_offset[b] + r - begin;
+    if (r == b_owner[b]) return b_quota_offset[b] + size;
+    return -1;
+  }
+  __device__ __forceinline__ bool owner_in_group(int b) const {
+    const int o = b_owner[b];
+    return o >= b_begin[b] && o < b_begin[b] + b_size[b];
+  }
+};
+
+struct GroupChoice {
+  int level = -1;
+  int begin = 0;
+};
+
+// Stage 2 group search for owner o (warp 0). Reference: the finest level <= wanted (group size
+// * T >= mass) whose best eligible group has room > 0; best = most room, ties lowest begin.
+// absorb: a level is taken at once only if its best room >= give, otherwise the group with the
+// most room over all levels (ties: the finer level, then the lowest begin) if room > 0.
+__device__ GroupChoice choose_group(const State& st, const PlanParams& p, int o, int T, int mass,
+                                    int give, int lane) {
+  const int P = st.P;
+  // Packed inclusive prefix over ranks of room = max(0, T - L) (owner excluded) and of
+  // "no free helper slot"; Σ room <= P * T < 2^25 and Σ flags <= 72 < 2^7, so it fits 32 bits.
+  unsigned carry = 0;
+  if (lane == 0) st.prefix[0] = 0;
+  for (int base = 0; base < P; base += 32) {
+    const int r = base + lane;
+    unsigned v = 0;
+    if (r < P) {
+      const int l = st.load[r];
+      const unsigned room = (r != o && l < T) ? static_cast<unsigned>(T - l) : 0u;
+      v = (room << 7) | (st.recv_used[r] >= st.S ? 1u : 0u);
+    }
+    v = warp_inclusive_scan_u(v, lane);
+    if (r < P) st.prefix[r + 1] = carry + v;
+    carry += __shfl_sync(PlanConfig::kFullMask, v, 31);
+  }
+  __syncwarp();
+
+  const long long per_member = T > 1 ? T : 1;
+  const int num_flat = (1 << st.num_levels) - 1;
+  // Flat index f = 2^level - 1 + group index.
+  auto eval = [&](int f, int& level, int& group, int& room) -> bool {
+    level = 31 - __clz(f + 1);
+    group = f + 1 - (1 << level);
+    const int size = P >> level;
+    const int begin = group * size;
+    if (static_cast<long long>(size) * per_member < mass) return false;  // finer than wanted
+    if (p.owner_in_group && (o < begin || o >= begin + size)) return false;
+    const unsigned sum = st.prefix[begin + size] - st.prefix[begin];
+    if ((sum & 127u) != 0) return false;  // a member has no free helper slot
+    room = static_cast<int>(sum >> 7);
+    return room > 0;
+  };
+
+  unsigned best_level = 0;  // level + 1 of accepted candidates
+  for (int f = lane; f < num_flat; f += 32) {
+    int level, group, room;
+    if (eval(f, level, group, room) && (!p.absorb || room >= give)) {
+      best_level = max(best_level, static_cast<unsigned>(level + 1));
+    }
+  }
+  best_level = __reduce_max_sync(PlanConfig::kFullMask, best_level);
+  GroupChoice choice;
+  if (best_level > 0) {
+    unsigned key = 0;
+    for (int f = lane; f < num_flat; f += 32) {
+      int level, group, room;
+      if (eval(f, level, group, room) && (!p.absorb || room >= give) &&
+          level + 1 == static_cast<int>(best_level)) {
+        key = max(key, (static_cast<unsigned>(room) << 7) | (127u - group));
+      }
+    }
+    key = __reduce_max_sync(PlanConfig::kFullMask, key);
+    choice.level = static_cast<int>(best_level) - 1;
+    choice.begin = (127 - static_cast<int>(key & 127u)) * (P >> choice.level);
+    return choice;
+  }
+  if (!p.absorb) return choice;
+  unsigned best_room = 0;
+  for (int f = lane; f < num_flat; f += 32) {
+    int level, group, room;
+    if (eval(f, level, group, room)) best_room = max(best_room, static_cast<unsigned>(room));
+  }
+  best_room = __reduce_max_sync(PlanConfig::kFullMask, best_room);
+  if (best_room == 0) return choice;
+  unsigned key = 0;
+  for (int f = lane; f < num_flat; f += 32) {
+    int level, group, room;
+    if (eval(f, level, group, room) && static_cast<unsigned>(room) == best_room) {
+      key = max(key, (static_cast<unsigned>(level) << 7) | (127u - group));
+    }
+  }
+  key = __reduce_max_sync(PlanConfig::kFullMask, key);
+  choice.level = static_cast<int>(key >> 7);
+  choice.begin = (127 - static_cast<int>(key & 127u)) * (P >> choice.level);
+  return choice;
+}
+
+// Stage 2: placement (warp 0). Returns the number of broadcasts; sets status bits on overflow.
+__device__ int place(const State& st, const PlanParams& p, int T, int lane) {
+  const int P = st.P;
+  const int S = st.S;
+  const int C = st.C;
+  int num_broadcasts = 0;
+  int quota_used = 0;
+  const int max_passes = P * (C + 2);
+  for (int pass = 0; pass < max_passes; ++pass) {
+    __syncwarp();
+    // Owner: the non-frozen rank with the largest L above T, ties to the lowest rank. L < 2^25.
+    unsigned key = 0;
+    for (int r = lane; r < P; r += 32) {
+      const int l = st.load[r];
+      if (!st.frozen[r] && l > T) key = max(key, (static_cast<unsigned>(l) << 7) | (127u - r));
+    }
+    key = __reduce_max_sync(PlanConfig::kFullMask, key);
+    if (key == 0) break;
+    const int o = 127 - static_cast<int>(key & 127u);
+    const int load_o = static_cast<int>(key >> 7);
+    const int cursor = st.next_candidate[o];
+    bool freeze = st.send_used[o] >= S || cursor >= C;
+    int expert = -1;
+    int mass = 0;
+    int give = 0;
+    if (!freeze) {
+      expert = st.candidates[o * C + cursor];
+      mass = st.hist[expert];
+      __syncwarp();
+      if (lane == 0) st.next_candidate[o] = cursor + 1;  // advances even if this attempt fails
+      give = min(load_o - T, mass);
+      freeze = mass == 0 || give <= 0;
+    }
+    GroupChoice g;
+    if (!freeze) {
+      g = choose_group(st, p, o, T, mass, give, lane);
+      freeze = g.level < 0;
+    }
+    if (freeze) {
+      __syncwarp();
+      if (lane == 0) st.frozen[o] = 1;
+      continue;
+    }
+
+    // Quotas: members other than the owner, coldest first by (L, rank) before this step, each
+    // take min(T - L, what is left of give). Member i's share = clamp(give - Σ caps of the
+    // members colder than it, 0, its cap).
+    const int size = P >> g.level;
+    int takes[PlanConfig::kRankChunks];
+    int moved = 0;
+#pragma unroll
+    for (int chunk = 0; chunk < PlanConfig::kRankChunks; ++chunk) {
+      const int i = chunk * 32 + lane;
+      const int m = g.begin + i;
+      int take = 0;
+      if (i < size && m != o) {
+        const int lm = st.load[m];
+        if (lm < T) {
+          int before = 0;
+#pragma unroll 8
+          for (int j = 0; j < size; ++j) {
+            const int m2 = g.begin + j;
+            const int l2 = st.load[m2];
+            if (m2 != o && l2 < T && (l2 < lm || (l2 == lm && m2 < m))) before += T - l2;
+          }
+          take = min(T - lm, max(0, give - before));
+        }
+      }
+      takes[chunk] = take;
+      moved += take;
+    }
+    moved = __reduce_add_sync(PlanConfig::kFullMask, moved);
+    if (moved <= 0) {
+      __syncwarp();
+      if (lane == 0) st.frozen[o] = 1;
+      continue;
+    }
+    if (moved < p.min_move) continue;  // variant: skipped, not frozen (cursor has advanced)
+
+    const bool owner_in = o >= g.begin && o < g.begin + size;
+    const int entries = size + (owner_in ? 0 : 1);
+    if (num_broadcasts >= st.max_broadcasts || quota_used + entries > st.quota_cap) {
+      if (lane == 0)
+        atomicOr(reinterpret_cast<unsigned*>(&st.scalars[kStatusWord]), kGpuPlanOverflow);
+      break;
+    }
+    const int offset = quota_used;
+    __syncwarp();
+#pragma unroll
+    for (int chunk = 0; chunk < PlanConfig::kRankChunks; ++chunk) {
+      const int i = chunk * 32 + lane;
+      if (i < size) {
+        const int m = g.begin + i;
+        st.quota[offset + i] = m == o ? mass - moved : takes[chunk];
+        st.recv_used[m] += 1;
+        if (m != o) st.load[m] += takes[chunk];
+      }
+    }
+    if (lane == 0) {
+      if (!owner_in) st.quota[offset + size] = mass - moved;
+      st.send_used[o] += 1;
+      st.load[o] -= moved;
+      const int b = num_broadcasts;
+      st.b_expert[b] = expert;
+      st.b_owner[b] = o;
+      st.b_level[b] = g.level;
+      st.b_begin[b] = g.begin;
+      st.b_size[b] = size;
+      st.b_quota_offset[b] = offset;
+      st.expert_broadcast[expert] = b;
+    }
+    ++num_broadcasts;
+    quota_used += entries;
+  }
+  __syncwarp();
+  return num_broadcasts;
+}
+
+// Stage 3: slot coloring (warp 0): levels coarse to fine, plan order within a level, the
+// smallest helper index free on every member. NOTE: aligned groups nest, so when every rank is
+// in at most S groups a free index always exists; a failure is an internal error.
+__device__ void color(const State& st, int num_broadcasts, int lane) {
+  for (int r = lane; r < st.P; r += 32) st.used[r] = 0;
+  __syncwarp();
+  const unsigned all = (1u << st.S) - 1u;
+  for (int level = 0; level < st.num_levels; ++level) {
+    for (int base = 0; base < num_broadcasts; base += 32) {
+      const int k = base + lane;
+      unsigned pending =
+          __ballot_sync(PlanConfig::kFullMask, k < num_broadcasts && st.b_level[k] == level);
+      while (pending != 0) {
+        const int b = base + __ffs(pending) - 1;
+        pending &= pending - 1;
+        const int begin = st.b_begin[b];
+        const int size = st.b_size[b];
+        unsigned mask = 0;
+        for (int i = lane; i < size; i += 32) mask |= st.used[begin + i];
+        mask = __reduce_or_sync(PlanConfig::kFullMask, mask);
+        const unsigned free = ~mask & all;
+        int h = 0;
+        if (free == 0) {
+          if (lane == 0)
+            atomicOr(reinterpret_cast<unsigned*>(&st.scalars[kStatusWord]), kGpuColoringFailed);
+        } else {
+          h = __ffs(free) - 1;
+        }
+        __syncwarp();
+        for (int i = lane; i < size; i += 32) st.used[begin + i] |= 1u << h;
+        if (lane == 0) st.b_helper[b] = h;
+        __syncwarp();
+      }
+    }
+  }
+}
+
+// Stage 4, one trade (one warp): receiver a takes spare quota of donor d for its own routes and
+// releases as much of its own spare quota to d, over the broadcasts both host, in expert order.
+__device__ void trade(const State& st, int num_broadcasts, int a, int d, int lane) {
+  auto load_pair = [&](int k, int& ia, int& id, int& pull, int& give) {
+    ia = -1;
+    id = -1;
+    pull = 0;
+    give = 0;
+    if (k >= num_broadcasts) return;
+    const int b = st.order[k];
+    ia = st.host_index(b, a);
+    id = st.host_index(b, d);
+    if (ia < 0 || id < 0) {
+      ia = -1;
+      return;
+    }
+    const int ca = st.own[ia];
+    const int qa = st.quota[ia];
+    const int cd = st.own[id];
+    const int qd = st.quota[id];
+    pull = min(max(0, ca - qa), max(0, qd - cd));
+    give = max(0, qa - ca);
+  };
+  int sum_pull = 0;
+  int sum_give = 0;
+  for (int base = 0; base < num_broadcasts; base += 32) {
+    int ia, id, pull, give;
+    load_pair(base + lane, ia, id, pull, give);
+    sum_pull += __reduce_add_sync(PlanConfig::kFullMask, pull);
+    sum_give += __reduce_add_sync(PlanConfig::kFullMask, give);
+  }
+  const int delta = min(sum_pull, sum_give);
+  if (delta <= 0) return;
+  // Greedy fill in order: item i takes min(x_i, max(0, delta - Σ_{j<i} x_j)).
+  int pulled = 0;
+  int given = 0;
+  for (int base = 0; base < num_broadcasts && (pulled < delta || given < delta); base += 32) {
+    int ia, id, pull, give;
+    load_pair(base + lane, ia, id, pull, give);
+    const int pull_incl = warp_inclusive_scan(pull, lane);
+    const int give_incl = warp_inclusive_scan(give, lane);
+    const int take = min(pull, max(0, delta - (pulled + pull_incl - pull)));
+    const int release = min(give, max(0, delta - (given + give_incl - give)));
+    if (ia >= 0 && (take != 0 || release != 0)) {
+      st.quota[ia] += take - release;
+      st.quota[id] += release - take;
+    }
+    pulled += __shfl_sync(PlanConfig::kFullMask, pull_incl, 31);
+    given += __shfl_sync(PlanConfig::kFullMask, give_incl, 31);
+  }
+}
+
+// Stage 4 fast path (B <= 32): lane k holds sorted broadcast k's group, owner and quota offset
+// for the whole repair, so a pair costs four shared loads per lane and both directions run on
+// registers.
+struct SortedLane {
+  int begin = 0;
+  int size = 0;
+  int owner = -1;
+  int offset = 0;
+  bool valid = false;
+
+  __device__ __forceinline__ int host_index(int r) const {
+    if (!valid) return -1;
+    if (r >= begin && r < begin + size) return offset + r - begin;
+    return r == owner ? offset + size : -1;
+  }
+};
+
+// One direction: the receiver (own routes c_r, quota q_r) trades with the donor (c_d, q_d).
+// Lanes that are not shared broadcasts hold zeros, so they neither pull nor give.
+__device__ __forceinline__ void trade_one_way(int c_r, int& q_r, int c_d, int& q_d, int lane) {
+  const int pull = min(max(0, c_r - q_r), max(0, q_d - c_d));
+  const int give = max(0, q_r - c_r);
+  const int delta = min(__reduce_add_sync(PlanConfig::kFullMask, pull),
+                        __reduce_add_sync(PlanConfig::kFullMask, give));
+  if (delta <= 0) return;
+  const int pull_incl = warp_inclusive_scan(pull, lane);
+  const int give_incl = warp_inclusive_scan(give, lane);
+  const int take = min(pull, max(0, delta - (pull_incl - pull)));
+  const int release = min(give, max(0, delta - (give_incl - give)));
+  q_r += take - release;
+  q_d += release - take;
+}
+
+__device__ void trade_pair_small(const State& st, const SortedLane& lane_b, int a, int d,
+                                 int lane) {
+  const int ia = lane_b.host_index(a);
+  const int id = lane_b.host_index(d);
+  const bool shared = ia >= 0 && id >= 0;
+  if (!__any_sync(PlanConfig::kFullMask, shared)) return;
+  int ca = 0, qa = 0, cd = 0, qd = 0;
+  if (shared) {
+    ca = st.own[ia];
+    qa = st.quota[ia];
+    cd = st.own[id];
+    qd = st.quota[id];
+  }
+  const int qa0 = qa;
+  const int qd0 = qd;
+  trade_one_way(ca, qa, cd, qd, lane);  // receiver a, donor d
+  trade_one_way(cd, qd, ca, qa, lane);  // receiver d, donor a
+  if (shared && (qa != qa0 || qd != qd0)) {
+    st.quota[ia] = qa;
+    st.quota[id] = qd;
+  }
+}
+
+}  // namespace plan_detail
+
+__global__ void __launch_bounds__(PlanConfig::kThreads, 1) plan_kernel(const PlanParams p) {
+  using namespace plan_detail;
+  extern __shared__ int32_t smem[];
+  const int tid = threadIdx.x;
+  const int lane = tid & 31;
+  const int warp = tid >> 5;
+  // Optional stage timestamps of CTA 0 (kGpuPlanTimerSlots globaltimer values).
+  const bool timed = p.timer != nullptr && blockIdx.x == 0 && tid == 0;
+  auto stamp = [&](int slot) {
+    if (timed) p.timer[slot] = global_timer();
+  };
+  stamp(0);
+
+  State st;
+  st.P = p.num_ranks;
+  st.E = p.num_experts;
+  st.S = p.num_slots;
+  st.H = st.E / st.P;
+  st.C = min(st.S, st.H);
+  st.num_levels = p.num_levels;
+  st.max_broadcasts = p.max_broadcasts;
+  st.quota_cap = st.P * st.S + p.max_broadcasts;
+  const PlanSmem lay = PlanSmem::make(st.P, st.E, st.C, p.max_broadcasts, st.S);
+  st.hist = smem + lay.hist;
+  st.expert_broadcast = smem + lay.expert_broadcast;
+  st.candidates = smem + lay.candidates;
+  st.load = smem + lay.load;
+  st.home_load = smem + lay.home_load;
+  st.recv_used = smem + lay.recv_used;
+  st.send_used = smem + lay.send_used;
+  st.next_candidate = smem + lay.next_candidate;
+  st.frozen = smem + lay.frozen;
+  st.prefix = reinterpret_cast<uint32_t*>(smem + lay.prefix);
+  st.used = reinterpret_cast<uint32_t*>(smem + lay.used);
+  st.b_expert = smem + lay.b_expert;
+  st.b_owner = smem + lay.b_owner;
+  st.b_level = smem + lay.b_level;
+  st.b_begin = smem + lay.b_begin;
+  st.b_size = smem + lay.b_size;
+  st.b_helper = smem + lay.b_helper;
+  st.b_mode = smem + lay.b_mode;
+  st.b_quota_offset = smem + lay.b_quota_offset;
+  st.order = smem + lay.order;
+  st.quota = smem + lay.quota;
+  st.own = smem + lay.own;
+  st.scalars = smem + lay.scalars;
+
+  const int P = st.P;
+  const int E = st.E;
+  const int H = st.H;
+  const int C = st.C;
+  const int32_t* counts = p.counts + static_cast<int64_t>(blockIdx.x) * P * E;
+  int32_t* plan = p.plans + static_cast<int64_t>(blockIdx.x) * p.plan_words;
+  const GpuPlanLayout out{P, E, st.S, p.max_broadcasts};
+
+  // ---- stage 1: hist, loads, T, candidates ---------------------------------------------------
+  __shared__ unsigned long long total_routes;  // 64-bit: checked before any int32 use
+  if (tid < 8) st.scalars[tid] = 0;
+  if (tid == 0) total_routes = 0;
+  for (int r = tid; r < P; r += PlanConfig::kThreads) {
+    st.recv_used[r] = 0;
+    st.send_used[r] = 0;
+    st.next_candidate[r] = 0;
+    st.frozen[r] = 0;
+  }
+  __syncthreads();
+  for (int e = tid; e < E; e += PlanConfig::kThreads) {
+    st.hist[e] = 0;
+    st.expert_broadcast[e] = -1;
+  }
+  __syncthreads();
+  // hist: every count loaded once, coalesced, kInFlight independent loads per thread at a time
+  // (a column-per-thread loop would chain P dependent global loads), added with smem atomics.
+  bool bad = false;
+  long long partial = 0;
+  auto accumulate = [&](int i, int c) {
+    bad |= c < 0 || c > p.max_count;
+    partial += c;
+    if (c != 0) atomicAdd(&st.hist[i % E], c);
+  };
+  constexpr int kInFlight = PlanConfig::kLoadsInFlight;
+  const int n = P * E;
+  if ((n & 3) == 0 && (reinterpret_cast<uintptr_t>(counts) & 15) == 0) {
+    const int4* counts4 = reinterpret_cast<const int4*>(counts);
+    const int n4 = n >> 2;
+    for (int base = 0; base < n4; base += PlanConfig::kThreads * kInFlight) {
+      int4 c[kInFlight];
+#pragma unroll
+      for (int u = 0; u < kInFlight; ++u) {
+        const int j = base + u * PlanConfig::kThreads + tid;
+        c[u] = j < n4 ? __ldg(counts4 + j) : make_int4(0, 0, 0, 0);
+      }
+#pragma unroll
+      for (int u = 0; u < kInFlight; ++u) {
+        const int j = base + u * PlanConfig::kThreads + tid;
+        if (j < n4) {
+          accumulate(4 * j, c[u].x);
+          accumulate(4 * j + 1, c[u].y);
+          accumulate(4 * j + 2, c[u].z);
+          accumulate(4 * j + 3, c[u].w);
+        }
+      }
+    }
+  } else {
+    for (int base = 0; base < n; base += PlanConfig::kThreads * kInFlight) {
+      int c[kInFlight];
+#pragma unroll
+      for (int u = 0; u < kInFlight; ++u) {
+        const int i = base + u * PlanConfig::kThreads + tid;
+        c[u] = i < n ? __ldg(counts + i) : 0;
+      }
+#pragma unroll
+      for (int u = 0; u < kInFlight; ++u) {
+        const int i = base + u * PlanConfig::kThreads + tid;
+        if (i < n) accumulate(i, c[u]);
+      }
+    }
+  }
+  // Column sums fit int32 (c <= max_count, P <= 72); the total is checked in 64 bits so that
+  // every later int32 quantity (loads, room, T * P, packed keys < 2^32) fits.
+  if (partial != 0) atomicAdd(&total_routes, static_cast<unsigned long long>(partial));
+  __syncthreads();
+  bad |= total_routes > static_cast<unsigned long long>(P) * p.max_count;
+  if (__syncthreads_or(bad)) {
+    if (tid == 0) st.scalars[kStatusWord] = kGpuBadCounts;
+  }
+  if (tid == 0) st.scalars[kTotalWord] = static_cast<int>(total_routes);
+  for (int o = warp; o < P; o += PlanConfig::kWarps) {
+    int sum = 0;
+    for (int i = lane; i < H; i += 32) sum += st.hist[o * H + i];
+    sum = __reduce_add_sync(PlanConfig::kFullMask, sum);
+    if (lane == 0) {
+      st.load[o] = sum;
+      st.home_load[o] = sum;
+    }
+  }
+  // Candidates: rank of each home expert among its owner's by (hist desc, id asc).
+  for (int e = tid; e < E; e += PlanConfig::kThreads) {
+    const int o = e / H;
+    const int h = st.hist[e];
+    int rank = 0;
+#pragma unroll 8
+    for (int e2 = o * H; e2 < (o + 1) * H; ++e2) {
+      const int h2 = st.hist[e2];
+      rank += (h2 > h || (h2 == h && e2 < e)) ? 1 : 0;
+    }
+    if (rank < C) st.candidates[o * C + rank] = e;
+  }
+  if (tid == 0) {
+    const int total = st.scalars[kTotalWord];
+    st.scalars[kTargetWord] = total / P + (total % P != 0 ? 1 : 0);
+  }
+  __syncthreads();
+  const int T = st.scalars[kTargetWord];
+  stamp(1);
+
+  // ---- stages 2 and 3: placement and coloring (warp 0) ---------------------------------------
+  if (warp == 0) {
+    int num_broadcasts = 0;
+    if (st.scalars[kStatusWord] == 0) {
+      num_broadcasts = place(st, p, T, lane);
+      color(st, num_broadcasts, lane);
+    }
+    if (lane == 0) st.scalars[kNumBroadcastsWord] = num_broadcasts;
+  }
+  __syncthreads();
+  const int B = st.scalars[kNumBroadcastsWord];
+  stamp(2);
+
+  // ---- repair prep and stage 6 (transport modes), all threads --------------------------------
+  for (int b = warp; b < B; b += PlanConfig::kWarps) {
+    const int entries = st.b_size[b] + (st.owner_in_group(b) ? 0 : 1);
+    for (int i = lane; i < entries; i += 32) {
+      const int r = i < st.b_size[b] ? st.b_begin[b] + i : st.b_owner[b];
+      st.own[st.b_quota_offset[b] + i] = counts[static_cast<int64_t>(r) * E + st.b_expert[b]];
+    }
+  }
+  for (int b = tid; b < B; b += PlanConfig::kThreads) {
+    const int expert = st.b_expert[b];
+    const int begin = st.b_begin[b];
+    const int size = st.b_size[b];
+    const int owner = st.b_owner[b];
+    const bool owner_in = st.owner_in_group(b);
+    int rank = 0;
+    bool pure = true;
+    bool coarsest = true;
+    for (int b2 = 0; b2 < B; ++b2) {
+      const int e2 = st.b_expert[b2];
+      rank += (e2 < expert || (e2 == expert && b2 < b)) ? 1 : 0;
+      const int begin2 = st.b_begin[b2];
+      const int size2 = st.b_size[b2];
+      const bool meet = begin2 < begin + size && begin < begin2 + size2;
+      if (meet && (begin2 != begin || size2 != size || !st.owner_in_group(b2))) pure = false;
+      if (b2 != b && st.b_owner[b2] == owner && st.owner_in_group(b2) &&
+          (st.b_level[b2] < st.b_level[b] || (st.b_level[b2] == st.b_level[b] && b2 < b))) {
+        coarsest = false;
+      }
+    }
+    st.order[rank] = b;
+    st.b_mode[b] = static_cast<int>(owner_in && (pure || coarsest) ? TransportMode::kOwnerDirect
+                                                                   : TransportMode::kSami);
+  }
+  __syncthreads();
+  stamp(3);
+
+  // ---- stage 4: quota repair (circle method; the pairs of a phase are disjoint) -------------
+  if (B >= 2) {
+    const int seats = P + (P & 1);  // odd P: seat P is the bye
+    const int ring_size = seats - 1;
+    const int num_pairs = seats / 2;
+    SortedLane lane_b;
+    if (B <= 32 && lane < B) {
+      const int b = st.order[lane];
+      lane_b = {st.b_begin[b], st.b_size[b], st.b_owner[b], st.b_quota_offset[b], true};
+    }
+    for (int phase = 0; phase < 2 * ring_size; ++phase) {
+      const int rot = phase % ring_size;
+      // ring after `rot` right rotations of [1 .. seats-1]: ring[i] = 1 + (i - rot) mod n.
+      auto ring = [&](int i) { return 1 + (i - rot + ring_size) % ring_size; };
+      for (int w = warp; w < num_pairs; w += PlanConfig::kWarps) {
+        const int a = w == 0 ? 0 : ring(w);
+        const int d = w == 0 ? ring(0) : ring(seats - 1 - w);
+        if (a >= P || d >= P) continue;
+        if (B <= 32) {
+          trade_pair_small(st, lane_b, a, d, lane);
+        } else {
+          trade(st, B, a, d, lane);
+          __syncwarp();
+          trade(st, B, d, a, lane);
+        }
+      }
+      __syncthreads();
+    }
+  }
+  stamp(4);
+
+  // ---- output: quotas and rewrite tables (one warp per broadcast), invariant checks ---------
+  for (int b = warp; b < B; b += PlanConfig::kWarps) {
+    const int expert = st.b_expert[b];
+    int supply_carry = 0;
+    int demand_carry = 0;
+    int quota_sum = 0;
+    bool broken = false;
+    for (int base = 0; base < P; base += 32) {
+      const int r = base + lane;
+      int c = 0;
+      int q = 0;
+      if (r < P) {
+        c = counts[static_cast<int64_t>(r) * E + expert];
+        const int idx = st.host_index(b, r);
+        q = idx >= 0 ? st.quota[idx] : 0;
+      }
+      broken |= q < 0;
+      const int diag = min(c, q);
+      const int supply = c - diag;
+      const int demand = q - diag;
+      const int supply_incl = warp_inclusive_scan(supply, lane);
+      const int demand_incl = warp_inclusive_scan(demand, lane);
+      if (r < P) {
+        const int64_t at = static_cast<int64_t>(b) * P + r;
+        plan[out.quotas() + at] = q;
+        plan[out.supply_begin() + at] = supply_carry + supply_incl - supply;
+        plan[out.demand_end() + at] = demand_carry + demand_incl;
+      }
+      supply_carry += __shfl_sync(PlanConfig::kFullMask, supply_incl, 31);
+      demand_carry += __shfl_sync(PlanConfig::kFullMask, demand_incl, 31);
+      quota_sum += __reduce_add_sync(PlanConfig::kFullMask, q);
+    }
+    broken = __any_sync(PlanConfig::kFullMask, broken) || quota_sum != st.hist[expert];
+    if (broken && lane == 0) {
+      atomicOr(reinterpret_cast<unsigned*>(&st.scalars[kStatusWord]), kGpuPlanInvariant);
+    }
+  }
+  __syncthreads();
+  const int status = st.scalars[kStatusWord];
+  const int num_out = status == 0 ? B : 0;  // a failed plan moves nothing
+  if (tid == 0) {
+    plan[GpuPlanLayout::kStatus] = status;
+    plan[GpuPlanLayout::kTarget] = T;
+    plan[GpuPlanLayout::kNumBroadcasts] = num_out;
+    plan[GpuPlanLayout::kFlags] = p.owner_home ? 1 : 0;
+    plan[GpuPlanLayout::kNumRanks] = P;
+    plan[GpuPlanLayout::kNumExperts] = E;
+    plan[GpuPlanLayout::kNumSlots] = st.S;
+    plan[GpuPlanLayout::kMaxBroadcasts] = p.max_broadcasts;
+  }
+  for (int r = tid; r < P; r += PlanConfig::kThreads) {
+    plan[out.loads() + r] = status == 0 ? st.load[r] : st.home_load[r];
+  }
+  for (int i = tid; i < num_out * GpuPlanLayout::kBroadcastWords; i += PlanConfig::kThreads) {
+    const int b = i / GpuPlanLayout::kBroadcastWords;
+    int v = 0;
+    switch (i % GpuPlanLayout::kBroadcastWords) {
+      case GpuPlanLayout::kExpert:
+        v = st.b_expert[b];
+        break;
+      case GpuPlanLayout::kOwner:
+        v = st.b_owner[b];
+        break;
+      case GpuPlanLayout::kLevel:
+        v = st.b_level[b];
+        break;
+      case GpuPlanLayout::kGroupBegin:
+        v = st.b_begin[b];
+        break;
+      case GpuPlanLayout::kGroupSize:
+        v = st.b_size[b];
+        break;
+      case GpuPlanLayout::kHelper:
+        v = st.b_helper[b];
+        break;
+      case GpuPlanLayout::kMode:
+        v = st.b_mode[b];
+        break;
+      default:
+        break;
+    }
+    plan[out.broadcasts() + i] = v;
+  }
+  for (int e = tid; e < E; e += PlanConfig::kThreads) {
+    plan[out.expert_broadcast() + e] = status == 0 ? st.expert_broadcast[e] : -1;
+  }
+  if (blockIdx.x == 0 && p.timer != nullptr) {  // CTA-uniform: the barrier is safe
+    __syncthreads();
+    stamp(5);
+  }
+}
+
+}  // namespace iser::cuda

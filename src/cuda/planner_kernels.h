@@ -1,0 +1,77 @@
+// Host-visible interface of the planner kernel families (count, plan, rewrite): one plain Params
+// struct and one launch helper per kernel. No CUDA types: the .cu launch units own the launches
+// and return the cudaError_t of the launch as an int (checked by the host code, which formats the
+// message: fmt's compile-time format strings do not build under nvcc).
+#pragma once
+
+#include <cstdint>
+
+struct CUstream_st;
+
+namespace iser::cuda {
+
+// Routes per tile of the count and rewrite kernels: count() records per-tile histograms that
+// rewrite() turns into route ordinals, so both kernels must tile identically.
+inline constexpr int kRouteTile = 2048;
+
+inline int num_route_tiles(int num_routes) {
+  return num_routes <= 0 ? 1 : (num_routes + kRouteTile - 1) / kRouteTile;
+}
+
+struct CountParams {
+  const int32_t* topk_ids = nullptr;  // [num_rows][num_routes]
+  int32_t* counts = nullptr;          // [num_rows][num_experts]
+  int32_t* tile_counts = nullptr;     // [num_rows][num_tiles][num_experts]
+  uint32_t* tickets = nullptr;        // [num_rows] zero between launches (the last CTA resets)
+  uint32_t* error_word = nullptr;     // sticky GpuStatus bits
+  int num_rows = 0;
+  int num_routes = 0;  // per row
+  int num_tiles = 0;   // num_route_tiles(num_routes)
+  int num_experts = 0;
+};
+int launch_count(const CountParams& params, CUstream_st* stream);
+
+struct PlanParams {
+  const int32_t* counts = nullptr;      // [num_plans][P][E]
+  int32_t* plans = nullptr;             // [num_plans][plan_words]
+  unsigned long long* timer = nullptr;  // optional: kGpuPlanTimerSlots stage stamps of CTA 0
+  int num_plans = 0;
+  int plan_words = 0;
+  int num_ranks = 0;    // P
+  int num_experts = 0;  // E
+  int num_slots = 0;    // S
+  int num_levels = 0;
+  int max_broadcasts = 0;
+  int max_count = 0;  // largest valid c[s][e] (max routes per rank)
+  int min_move = 0;
+  bool owner_home = false;
+  bool absorb = false;
+  bool owner_in_group = false;
+};
+// Dynamic shared memory the plan kernel needs for these parameters (bytes).
+int plan_smem_bytes(const PlanParams& params);
+int prepare_plan_kernel(int smem_bytes);  // raises the kernel's shared-memory limit once
+int launch_plan(const PlanParams& params, CUstream_st* stream);
+
+struct RewriteParams {
+  const int32_t* topk_ids = nullptr;     // [num_rows][num_routes]
+  const int32_t* counts = nullptr;       // [num_plans][P][E]
+  const int32_t* plans = nullptr;        // [num_plans][plan_words]
+  const int32_t* tile_counts = nullptr;  // [num_rows][num_tiles][E] from count()
+  int32_t* slot_ids = nullptr;           // [num_rows][num_routes]
+  uint32_t* error_word = nullptr;
+  int num_rows = 0;
+  int first_rank = 0;  // row i is rank (first_rank + i) % P of plan (first_rank + i) / P
+  int num_routes = 0;
+  int num_tiles = 0;
+  int plan_words = 0;
+  int num_ranks = 0;
+  int num_experts = 0;
+  int num_slots = 0;
+  int max_broadcasts = 0;
+};
+int rewrite_smem_bytes(const RewriteParams& params);
+int prepare_rewrite_kernel(int smem_bytes);
+int launch_rewrite(const RewriteParams& params, CUstream_st* stream);
+
+}  // namespace iser::cuda

@@ -1,0 +1,23 @@
+// Launch unit of the route-rewrite kernel.
+#include <cuda_runtime.h>
+
+#include "cuda/rewrite.cuh"
+
+namespace iser::cuda {
+
+int rewrite_smem_bytes(const RewriteParams& params) {
+  return static_cast<int>(sizeof(int32_t)) * RewriteConfig::kWarps * params.max_broadcasts;
+}
+
+int prepare_rewrite_kernel(int smem_bytes) {
+  return static_cast<int>(cudaFuncSetAttribute(
+      rewrite_kernel, cudaFuncAttributeMaxDynamicSharedMemorySize, smem_bytes));
+}
+
+int launch_rewrite(const RewriteParams& params, CUstream_st* stream) {
+  const dim3 grid(params.num_tiles, params.num_rows);
+  rewrite_kernel<<<grid, RewriteConfig::kThreads, rewrite_smem_bytes(params), stream>>>(params);
+  return static_cast<int>(cudaGetLastError());
+}
+
+}  // namespace iser::cuda
