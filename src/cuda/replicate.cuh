@@ -83,7 +83,7 @@ __device__ bool fence_targets(const RankSpace& space, const CopyOp* ops, int num
       if (!test_bit(targets, m)) continue;
       if (wait_at_least(consumed + m, need, deadline) < need) {
         atomicOr(&blocked[m >> 5], 1u << (m & 31));
-        any_blocked = 1;
+        atomicExch(&any_blocked, 1);
         report(scratch, static_cast<uint32_t>(StatusCode::kFenceTimeout), m, generation);
       }
     }
