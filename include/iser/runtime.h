@@ -200,11 +200,12 @@ class Runtime {
   void replicate_copy_engine(std::span<const CopyOp> ops, int layer, uint64_t generation,
                              StreamHandle stream);
 
-  // READY gate: waits (acquire, up to timeout) for every writer of `ops` to publish
-  // `generation`, then writes `slot_expert` [num_local][P*S] int32 device: the expert whose
-  // replica is valid in (rank d, helper h), or -1 (no replica / missing / failed -> fallback).
+  // READY gate: waits (acquire, up to timeout) for every writer of `ops` under `transport` (the
+  // one replicate used) to publish `generation`, then writes `slot_expert` [num_local][P*S]
+  // int32 device: the expert whose replica is valid in (rank d, helper h), or -1 (no replica /
+  // writer missing / failed: its routes fall back home).
   void ready_gate(const CopyOp* ops, int num_ops, uint64_t generation, int32_t* slot_expert,
-                  StreamHandle stream);
+                  StreamHandle stream, Transport transport = Transport::kPlan);
   // Home fallback: for local rank i, routes (expert_ids[i][n], slot_ids[i][n]) whose slot is a
   // helper slot without a valid replica of that expert go back to the expert's home slot.
   // Counts the rewritten routes in the status.

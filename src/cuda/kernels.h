@@ -58,8 +58,8 @@ cudaError_t launch_publish_ready(const RankSpace& space, uint64_t generation, in
 cudaError_t launch_count_exchange(const RankSpace& space, const int32_t* rows, int32_t* matrix,
                                   uint64_t epoch, int num_local, cudaStream_t stream);
 cudaError_t launch_ready_gate(const RankSpace& space, const CopyOp* ops, int num_ops,
-                              uint64_t generation, int32_t* slot_expert, int num_local,
-                              cudaStream_t stream);
+                              uint64_t generation, int32_t* slot_expert, int32_t mode_override,
+                              int num_local, cudaStream_t stream);
 cudaError_t launch_fallback_rewrite(const RankSpace& space, const int32_t* slot_expert,
                                     const int32_t* expert_ids, int32_t* slot_ids,
                                     int64_t routes_per_rank, int num_local, cudaStream_t stream);

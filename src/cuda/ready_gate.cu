@@ -16,12 +16,13 @@ struct GateParams {
   const CopyOp* ops;
   int32_t num_ops;
   uint64_t generation;
-  int32_t* slot_expert;  // [num_local][P*S]
+  int32_t* slot_expert;   // [num_local][P*S]
+  int32_t mode_override;  // as in ReplicateArgs: who wrote each op
 };
 
-// Waits for every host (owner and members) of every op: all ranks publish READY every
-// generation, so waiting for the union does not depend on the transport that ran. A replica is
-// valid only when all its hosts published exactly 2g+1 (written, not failed).
+// Waits for the writers of every op (the owner of an owner-direct op, the members of a SAMI op,
+// under the same mode override the replicate call used). A replica is valid only when all its
+// writers published exactly 2g+1 (drained, not failed); otherwise its routes fall back home.
 // NOTE: a rank acquires 2g+1 before it rewrites a route to (d, H+h); the writer's release is
 // cumulative over its stores to d, and d computes only on routes it receives after that decision
 // (causality order through the dispatch), so d reads the replica's bytes, never stale ones.
@@ -42,9 +43,13 @@ __global__ void __launch_bounds__(GateConfig::kThreads) ready_gate_kernel(const 
   __syncthreads();
   for (int k = threadIdx.x; k < p.num_ops; k += blockDim.x) {
     const CopyOp op = p.ops[k];
-    atomicOr(&needed[op.owner >> 5], 1u << (op.owner & 31));
-    for (int m = op.group_begin; m < op.group_begin + op.group_size; ++m) {
-      atomicOr(&needed[m >> 5], 1u << (m & 31));
+    const int mode = p.mode_override >= 0 ? p.mode_override : op.mode;
+    if (mode == kCopyModeDirect) {
+      atomicOr(&needed[op.owner >> 5], 1u << (op.owner & 31));
+    } else {
+      for (int m = op.group_begin; m < op.group_begin + op.group_size; ++m) {
+        atomicOr(&needed[m >> 5], 1u << (m & 31));
+      }
     }
   }
   __syncthreads();
@@ -69,9 +74,11 @@ __global__ void __launch_bounds__(GateConfig::kThreads) ready_gate_kernel(const 
   __syncthreads();
   for (int k = threadIdx.x; k < p.num_ops; k += blockDim.x) {
     const CopyOp op = p.ops[k];
-    bool valid = (ok[op.owner >> 5] >> (op.owner & 31)) & 1u;
-    for (int m = op.group_begin; m < op.group_begin + op.group_size; ++m) {
-      valid = valid && ((ok[m >> 5] >> (m & 31)) & 1u);
+    const int mode = p.mode_override >= 0 ? p.mode_override : op.mode;
+    bool valid = true;
+    for (int r = mode == kCopyModeDirect ? op.owner : op.group_begin;
+         r < (mode == kCopyModeDirect ? op.owner + 1 : op.group_begin + op.group_size); ++r) {
+      valid = valid && ((ok[r >> 5] >> (r & 31)) & 1u);
     }
     if (!valid) continue;
     for (int m = op.group_begin; m < op.group_begin + op.group_size; ++m) {
@@ -143,9 +150,9 @@ __global__ void release_bank_kernel(const ReleaseParams p) {
 }  // namespace
 
 cudaError_t launch_ready_gate(const RankSpace& space, const CopyOp* ops, int num_ops,
-                              uint64_t generation, int32_t* slot_expert, int num_local,
-                              cudaStream_t stream) {
-  GateParams params{space, ops, num_ops, generation, slot_expert};
+                              uint64_t generation, int32_t* slot_expert, int32_t mode_override,
+                              int num_local, cudaStream_t stream) {
+  GateParams params{space, ops, num_ops, generation, slot_expert, mode_override};
   ready_gate_kernel<<<num_local, GateConfig::kThreads, 0, stream>>>(params);
   return cudaGetLastError();
 }

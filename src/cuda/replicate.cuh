@@ -62,29 +62,50 @@ __device__ bool fence_targets(const RankSpace& space, const CopyOp* ops, int num
     targets[i] = 0;
     blocked[i] = 0;
   }
+  __shared__ int any_blocked;
+  __shared__ int has_targets;
+  if (threadIdx.x == 0) {
+    any_blocked = 0;
+    has_targets = 0;
+  }
   __syncthreads();
   for (int k = threadIdx.x; k < num_ops; k += blockDim.x) {
     const CopyOp op = ops[k];
     if (op_slice_count(op, effective_mode(op, mode_override), w, num_slices) == 0) continue;
+    atomicExch(&has_targets, 1);
     for (int m = op.group_begin; m < op.group_begin + op.group_size; ++m) {
       atomicOr(&targets[m >> 5], 1u << (m & 31));
     }
   }
   __syncthreads();
-  __shared__ int any_blocked;
-  if (threadIdx.x == 0) any_blocked = 0;
-  __syncthreads();
-  if (generation > static_cast<uint64_t>(num_banks)) {
+  if (has_targets && generation > static_cast<uint64_t>(num_banks)) {
+    // NOTE: two conditions free the bank of generation g - B on member m: (a) m's consumer of
+    // g - B released it, and (b) every writer of g - B finished (published 2(g-B) or 2(g-B)+1),
+    // so a late writer of g - B can never overwrite bytes of generation g after READY g. A
+    // timeout on either blocks the target: its bytes are left alone and READY g says failed.
     const uint64_t need = generation - num_banks;
     const uint64_t deadline = globaltimer_ns() + space.timeout_ns;
-    const auto* consumed =
-        reinterpret_cast<const uint64_t*>(space.peer_bases[w] + space.layout.consumed_flags);
+    const char* base = space.peer_bases[w];
+    const auto* consumed = reinterpret_cast<const uint64_t*>(base + space.layout.consumed_flags);
+    const auto* ready = reinterpret_cast<const uint64_t*>(base + space.layout.ready_flags);
+    __shared__ int writers_drained;
+    if (threadIdx.x == 0) writers_drained = 1;
+    __syncthreads();
+    for (int x = threadIdx.x; x < num_ranks; x += blockDim.x) {
+      if (wait_at_least(ready + x, 2 * need, deadline) < 2 * need) {
+        atomicExch(&writers_drained, 0);
+        report(scratch, static_cast<uint32_t>(StatusCode::kFenceTimeout), x, generation);
+      }
+    }
+    __syncthreads();
     for (int m = threadIdx.x; m < num_ranks; m += blockDim.x) {
       if (!test_bit(targets, m)) continue;
-      if (wait_at_least(consumed + m, need, deadline) < need) {
+      if (!writers_drained || wait_at_least(consumed + m, need, deadline) < need) {
         atomicOr(&blocked[m >> 5], 1u << (m & 31));
         atomicExch(&any_blocked, 1);
-        report(scratch, static_cast<uint32_t>(StatusCode::kFenceTimeout), m, generation);
+        if (writers_drained) {
+          report(scratch, static_cast<uint32_t>(StatusCode::kFenceTimeout), m, generation);
+        }
       }
     }
   }

@@ -179,6 +179,21 @@ cuda::RankSpace make_space(const RuntimeConfig& config, void* peer_bases, int fi
   return space;
 }
 
+// Who writes an op under a transport (-1: as the op says).
+int32_t mode_override(Transport transport) {
+  switch (transport) {
+    case Transport::kP2PDirect:
+    case Transport::kCopyEngine:
+      return kCopyModeDirect;
+    case Transport::kP2PSami:
+      return kCopyModeSami;
+    case Transport::kPlan:
+    case Transport::kMulticast:
+      return -1;
+  }
+  return -1;
+}
+
 }  // namespace
 
 void Runtime::exchange_counts(const int32_t* rows, int32_t* matrix, uint64_t epoch,
@@ -280,15 +295,15 @@ void Runtime::replicate_copy_engine(std::span<const CopyOp> ops, int layer, uint
 }
 
 void Runtime::ready_gate(const CopyOp* ops, int num_ops, uint64_t generation, int32_t* slot_expert,
-                         StreamHandle stream) {
+                         StreamHandle stream, Transport transport) {
   ISER_CHECK(generation >= 1, "READY gate: generation = {} must be >= 1", generation);
   ISER_CHECK(num_ops >= 0 && num_ops <= kMaxLocalCopyOps, "READY gate: num_ops = {} not in [0, {}]",
              num_ops, kMaxLocalCopyOps);
   ISER_CHECK(num_ops == 0 || ops != nullptr, "READY gate: {} ops but a null op list", num_ops);
   ISER_CHECK(slot_expert != nullptr, "READY gate: null slot_expert");
-  ISER_CUDA_CHECK(
-      cuda::launch_ready_gate(make_space(config_, device_peer_bases_, first_rank_, device_scratch_),
-                              ops, num_ops, generation, slot_expert, num_local_ranks_, stream));
+  ISER_CUDA_CHECK(cuda::launch_ready_gate(
+      make_space(config_, device_peer_bases_, first_rank_, device_scratch_), ops, num_ops,
+      generation, slot_expert, mode_override(transport), num_local_ranks_, stream));
 }
 
 void Runtime::fallback_rewrite(const int32_t* slot_expert, const int32_t* expert_ids,
