@@ -82,6 +82,16 @@ Runtime::Runtime(const RuntimeConfig& config, Communicator& comm) : config_(conf
   ISER_CHECK(local_error.empty(), "{}", local_error);
   check_fingerprints(all);
 
+  try {
+    map_peers();
+  } catch (...) {
+    release();  // the destructor does not run for a throwing constructor
+    throw;
+  }
+}
+
+void Runtime::map_peers() {
+  const int num_ranks = config_.num_ranks;
   allocate(1);
   // Zeroed control words exist before any peer learns where they are (the handles below).
   IpcRecord record{};
@@ -126,12 +136,19 @@ void Runtime::allocate(int num_local) {
 }
 
 Runtime::~Runtime() {
+  release();
+}
+
+void Runtime::release() noexcept {
   cudaDeviceSynchronize();
   for (char* p : opened_handles_) cudaIpcCloseMemHandle(p);
+  opened_handles_.clear();
   cudaFree(device_ce_ops_);
   cudaFree(device_scratch_);
   cudaFree(device_peer_bases_);
   cudaFree(local_base_);
+  device_ce_ops_ = device_scratch_ = device_peer_bases_ = nullptr;
+  local_base_ = nullptr;
 }
 
 void* Runtime::peer_base(int rank_idx) const {
