@@ -44,7 +44,10 @@ Routes make_routes(const std::vector<CopyOp>& ops, const std::vector<bool>& vali
       int expert = 0;
       int slot = 0;
       int want = 0;
-      if (pick < static_cast<int>(ops.size())) {
+      if (n % 17 == 0) {  // padding route: stays -1
+        expert = 0;
+        slot = want = -1;
+      } else if (pick < static_cast<int>(ops.size())) {
         const CopyOp& op = ops[pick];
         expert = op.expert;
         const int dst = op.group_begin + static_cast<int>(rng() % op.group_size);
@@ -56,7 +59,6 @@ Routes make_routes(const std::vector<CopyOp>& ops, const std::vector<bool>& vali
         slot = (expert / kHome) * slots_per_rank + expert % kHome;
         want = slot;
       }
-      if (n % 17 == 0) slot = want = -1;  // padding route stays -1
       r.experts.push_back(expert);
       r.slots.push_back(slot);
       r.want.push_back(want);

@@ -71,7 +71,7 @@ TEST_P(LogicalRanks, ReplicasMatchOwnersForEveryTransport) {
                       1 + round * 3);
       }
       rt->ready_gate(device_ops.get(), static_cast<int>(ops.size()), generation, slot_expert.get(),
-                     stream_);
+                     stream_, t);
       ISER_EXPECT_CUDA(cudaStreamSynchronize(stream_));
       rt->check_status();
       expect_bank(*rt, ops, layer, 0, std::string(to_string(t)).c_str());

@@ -163,7 +163,12 @@ TEST(MultiProcess, ReplicasCountsAndReadyOverThousandGenerations) {
     const Transport t = transports[g % 4];
     const bool check_bytes = g % 25 == 0 || g <= 8;
     const int bank = rt.bank_of(g);
-    if (check_bytes) poison_helpers(rt);
+    if (check_bytes) {
+      // NOTE: the peer may start writing generation g into this bank as soon as we released
+      // g - 2; the barrier keeps it behind the poison.
+      poison_helpers(rt);
+      barrier(comm);
+    }
     row.upload(row_of(env->rank, g));
     rt.exchange_counts(row.get(), matrix.get(), g, stream);
     if (t == Transport::kCopyEngine) {
