@@ -170,9 +170,9 @@ std::string RuntimeStatus::message() const {
                          tag);
     case StatusCode::kFenceTimeout:
       return fmt::format(
-          "reuse fence timed out: rank {} never released the bank before "
-          "generation {}",
-          peer, tag);
+          "reuse fence timed out before generation {}: rank {} never released the bank or never "
+          "finished writing it",
+          tag, peer);
     case StatusCode::kCopyFailed:
       return fmt::format("replication failed: writer rank {} published generation {} as failed",
                          peer, tag);

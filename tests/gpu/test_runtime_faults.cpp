@@ -102,20 +102,35 @@ TEST(RuntimeFaults, StalledCopyFallsBackToHomeSlots) {
   ISER_EXPECT_CUDA(cudaStreamCreateWithFlags(&main_stream, cudaStreamNonBlocking));
   ISER_EXPECT_CUDA(cudaStreamCreateWithFlags(&stalled, cudaStreamNonBlocking));
 
-  ISER_EXPECT_CUDA(launch_stall(device_flag, 20'000'000'000ull, stalled));
-  rt->replicate_ranks(3, 4, device_ops.get(), 3, 0, 1, Transport::kPlan, stalled);
-  rt->replicate_ranks(0, 3, device_ops.get(), 3, 0, 1, Transport::kPlan, main_stream);
+  // Everything is allocated and uploaded first: cudaMalloc / cudaMemcpy may synchronise with
+  // the stalled stream, and between the stall and the gate only launches may happen.
   DeviceVector<int32_t> slot_expert(kRanks * kRanks * kSlots);
-  rt->ready_gate(device_ops.get(), 3, 1, slot_expert.get(), main_stream);
   std::mt19937 rng(5);
   const Routes routes = make_routes(ops, {true, false, true}, 500, rng);
   DeviceVector<int32_t> experts(routes.experts);
   DeviceVector<int32_t> slots(routes.slots);
+  ISER_EXPECT_CUDA(cudaDeviceSynchronize());
+  ISER_EXPECT_CUDA(launch_stall(device_flag, 5'000'000'000ull, stalled));
+  rt->replicate_ranks(3, 4, device_ops.get(), 3, 0, 1, Transport::kPlan, stalled);
+  rt->replicate_ranks(0, 3, device_ops.get(), 3, 0, 1, Transport::kPlan, main_stream);
+  rt->ready_gate(device_ops.get(), 3, 1, slot_expert.get(), main_stream);
   rt->fallback_rewrite(slot_expert.get(), experts.get(), slots.get(), 500, main_stream);
   ISER_EXPECT_CUDA(cudaStreamSynchronize(main_stream));  // the gate returned: no hang
+  // Copy results out on the main stream while the copy is still stalled (a plain cudaMemcpy
+  // could wait for the stalled stream).
+  std::vector<int32_t> got_slots(routes.slots.size());
+  std::vector<int32_t> gate(kRanks * kRanks * kSlots);
+  ISER_EXPECT_CUDA(cudaMemcpyAsync(got_slots.data(), slots.get(), got_slots.size() * 4,
+                                   cudaMemcpyDeviceToHost, main_stream));
+  ISER_EXPECT_CUDA(cudaMemcpyAsync(gate.data(), slot_expert.get(), gate.size() * 4,
+                                   cudaMemcpyDeviceToHost, main_stream));
+  ISER_EXPECT_CUDA(cudaStreamSynchronize(main_stream));
+  const int stalled_done = cudaStreamQuery(stalled) == cudaSuccess;
+  EXPECT_FALSE(stalled_done) << "the stalled copy finished before the gate gave up";
+  *host_flag = 1;  // release the late copy
+  ISER_EXPECT_CUDA(cudaDeviceSynchronize());
 
-  EXPECT_EQ(slots.download(), routes.want);
-  const auto gate = slot_expert.download();
+  EXPECT_EQ(got_slots, routes.want);
   for (int i = 0; i < kRanks; ++i) {
     // rank d, helper h -> expert: op 0 everywhere in helper 0; op 2 on {0, 1} helper 1; op 1
     // ({2, 3} helper 1) invalid.
@@ -126,9 +141,7 @@ TEST(RuntimeFaults, StalledCopyFallsBackToHomeSlots) {
   expect_slot(*rt, c, ops[0], 0, true);
   expect_slot(*rt, c, ops[2], 0, true);
 
-  // The late copy completes; nothing that was decided changes, and the next generation works.
-  *host_flag = 1;
-  ISER_EXPECT_CUDA(cudaDeviceSynchronize());
+  // The late copy completed; nothing that was decided changes, and the next generation works.
   uint64_t fallbacks = 0;
   for (int i = 0; i < kRanks; ++i) {
     const RuntimeStatus s = rt->status(i);

@@ -147,6 +147,7 @@ TEST_P(LogicalRanks, SamiSliceOwnershipAndOwnerOutsideGroup) {
     rt->replicate_ranks(writer, writer + 1, device_direct.get(), 1, 0, generation, Transport::kPlan,
                         stream_);
     ISER_EXPECT_CUDA(cudaStreamSynchronize(stream_));
+    publish_others(*rt, writer, generation);
     if (writer == 0) {
       expect_bank(*rt, direct, 0, 0, "owner-direct, owner outside its group");
     } else {
