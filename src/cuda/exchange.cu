@@ -74,4 +74,9 @@ cudaError_t launch_count_exchange(const RankSpace& space, const int32_t* rows, i
   return cudaGetLastError();
 }
 
+cudaError_t preload_exchange_kernels() {
+  cudaFuncAttributes attributes{};
+  return cudaFuncGetAttributes(&attributes, reinterpret_cast<const void*>(&count_exchange_kernel));
+}
+
 }  // namespace iser::cuda

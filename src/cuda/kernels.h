@@ -68,4 +68,12 @@ cudaError_t launch_release_bank(const RankSpace& space, uint64_t generation, int
 
 size_t scratch_bytes();
 
+// Forces every runtime kernel to load now (cudaFuncGetAttributes). NOTE: with lazy module loading
+// (CUDA's default), the first launch of a kernel loads it, which may wait for kernels already
+// running; a spin-waiting kernel (the READY gate, the count exchange) launched for the first time
+// while a peer stream is stalled would then wait for that stall instead of timing out.
+cudaError_t preload_replicate_kernels();
+cudaError_t preload_exchange_kernels();
+cudaError_t preload_gate_kernels();
+
 }  // namespace iser::cuda

@@ -132,6 +132,9 @@ void Runtime::allocate(int num_local) {
   ISER_CUDA_CHECK(cudaMalloc(&device_scratch_, cuda::scratch_bytes() * num_local));
   ISER_CUDA_CHECK(cudaMemset(device_scratch_, 0, cuda::scratch_bytes() * num_local));
   ISER_CUDA_CHECK(cudaMalloc(&device_ce_ops_, sizeof(CopyOp) * kMaxLocalCopyOps));
+  ISER_CUDA_CHECK(cuda::preload_replicate_kernels());
+  ISER_CUDA_CHECK(cuda::preload_exchange_kernels());
+  ISER_CUDA_CHECK(cuda::preload_gate_kernels());
   ISER_CUDA_CHECK(cudaDeviceSynchronize());
 }
 

@@ -103,7 +103,9 @@ TEST(RuntimeFaults, StalledCopyFallsBackToHomeSlots) {
   ISER_EXPECT_CUDA(cudaStreamCreateWithFlags(&stalled, cudaStreamNonBlocking));
 
   // Everything is allocated and uploaded first: cudaMalloc / cudaMemcpy may synchronise with
-  // the stalled stream, and between the stall and the gate only launches may happen.
+  // the stalled stream, and between the stall and the gate only launches may happen. The runtime
+  // preloads its kernels at construction; with lazy module loading a first launch here would
+  // otherwise wait for the stall (the failure this test saw before the preload).
   DeviceVector<int32_t> slot_expert(kRanks * kRanks * kSlots);
   std::mt19937 rng(5);
   const Routes routes = make_routes(ops, {true, false, true}, 500, rng);
