@@ -228,6 +228,7 @@ class Runtime {
   explicit Runtime(const RuntimeConfig& config);
   void allocate(int num_local);
   void map_peers();
+  void check_local(int local_idx) const;
   void release() noexcept;
   void launch_replicate(int local_begin, int local_end, const CopyOp* ops, int num_ops, int layer,
                         uint64_t generation, Transport transport, StreamHandle stream, int num_sms);

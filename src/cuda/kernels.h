@@ -4,6 +4,7 @@
 #pragma once
 
 #include <cstdint>
+#include <initializer_list>
 
 #include <cuda_runtime.h>
 
@@ -72,6 +73,14 @@ size_t scratch_bytes();
 // (CUDA's default), the first launch of a kernel loads it, which may wait for kernels already
 // running; a spin-waiting kernel (the READY gate, the count exchange) launched for the first time
 // while a peer stream is stalled would then wait for that stall instead of timing out.
+inline cudaError_t preload_functions(std::initializer_list<const void*> kernels) {
+  cudaFuncAttributes attributes{};
+  for (const void* kernel : kernels) {
+    const cudaError_t err = cudaFuncGetAttributes(&attributes, kernel);
+    if (err != cudaSuccess) return err;
+  }
+  return cudaSuccess;
+}
 cudaError_t preload_replicate_kernels();
 cudaError_t preload_exchange_kernels();
 cudaError_t preload_gate_kernels();

@@ -178,14 +178,9 @@ cudaError_t launch_release_bank(const RankSpace& space, uint64_t generation, int
 }
 
 cudaError_t preload_gate_kernels() {
-  cudaFuncAttributes attributes{};
-  for (const void* kernel : {reinterpret_cast<const void*>(&ready_gate_kernel),
-                             reinterpret_cast<const void*>(&fallback_rewrite_kernel),
-                             reinterpret_cast<const void*>(&release_bank_kernel)}) {
-    const cudaError_t err = cudaFuncGetAttributes(&attributes, kernel);
-    if (err != cudaSuccess) return err;
-  }
-  return cudaSuccess;
+  return preload_functions({reinterpret_cast<const void*>(&ready_gate_kernel),
+                            reinterpret_cast<const void*>(&fallback_rewrite_kernel),
+                            reinterpret_cast<const void*>(&release_bank_kernel)});
 }
 
 }  // namespace iser::cuda

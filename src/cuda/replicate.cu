@@ -80,16 +80,10 @@ size_t scratch_bytes() {
 }
 
 cudaError_t preload_replicate_kernels() {
-  cudaFuncAttributes attributes{};
-  for (const void* kernel :
-       {reinterpret_cast<const void*>(&replicate_kernel<StoreKind::kPeer>),
-        reinterpret_cast<const void*>(&replicate_kernel<StoreKind::kMulticast>),
-        reinterpret_cast<const void*>(&copy_engine_fence_kernel),
-        reinterpret_cast<const void*>(&publish_ready_kernel)}) {
-    const cudaError_t err = cudaFuncGetAttributes(&attributes, kernel);
-    if (err != cudaSuccess) return err;
-  }
-  return cudaSuccess;
+  return preload_functions({reinterpret_cast<const void*>(&replicate_kernel<StoreKind::kPeer>),
+                            reinterpret_cast<const void*>(&replicate_kernel<StoreKind::kMulticast>),
+                            reinterpret_cast<const void*>(&copy_engine_fence_kernel),
+                            reinterpret_cast<const void*>(&publish_ready_kernel)});
 }
 
 }  // namespace iser::cuda

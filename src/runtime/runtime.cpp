@@ -154,6 +154,11 @@ void Runtime::release() noexcept {
   local_base_ = nullptr;
 }
 
+void Runtime::check_local(int local_idx) const {
+  ISER_CHECK(local_idx >= 0 && local_idx < num_local_ranks_,
+             "runtime: local rank = {} not in [0, {})", local_idx, num_local_ranks_);
+}
+
 void* Runtime::peer_base(int rank_idx) const {
   ISER_CHECK(rank_idx >= 0 && rank_idx < config_.num_ranks, "runtime: rank = {} not in [0, {})",
              rank_idx, config_.num_ranks);
@@ -161,10 +166,7 @@ void* Runtime::peer_base(int rank_idx) const {
 }
 
 void* Runtime::home_bundle(int local_idx, int layer, int home_idx) const {
-  ISER_CHECK(local_idx >= 0 && local_idx < num_local_ranks_,
-             "runtime: local rank = {} not in "
-             "[0, {})",
-             local_idx, num_local_ranks_);
+  check_local(local_idx);
   ISER_CHECK(layer >= 0 && layer < config_.num_layers, "runtime: layer = {} not in [0, {})", layer,
              config_.num_layers);
   ISER_CHECK(home_idx >= 0 && home_idx < config_.experts_per_rank(),
@@ -174,10 +176,7 @@ void* Runtime::home_bundle(int local_idx, int layer, int home_idx) const {
 }
 
 void* Runtime::helper_slot(int local_idx, int bank, int helper_idx) const {
-  ISER_CHECK(local_idx >= 0 && local_idx < num_local_ranks_,
-             "runtime: local rank = {} not in "
-             "[0, {})",
-             local_idx, num_local_ranks_);
+  check_local(local_idx);
   ISER_CHECK(bank >= 0 && bank < config_.num_banks, "runtime: bank = {} not in [0, {})", bank,
              config_.num_banks);
   ISER_CHECK(helper_idx >= 0 && helper_idx < config_.num_slots,
@@ -340,10 +339,7 @@ void Runtime::release_bank(uint64_t generation, StreamHandle stream) {
 }
 
 RuntimeStatus Runtime::status(int local_idx) const {
-  ISER_CHECK(local_idx >= 0 && local_idx < num_local_ranks_,
-             "status: local rank = {} not in "
-             "[0, {})",
-             local_idx, num_local_ranks_);
+  check_local(local_idx);
   ISER_CUDA_CHECK(cudaDeviceSynchronize());
   cuda::Scratch scratch{};
   ISER_CUDA_CHECK(
