@@ -187,7 +187,8 @@ class Runtime {
   // Replicate generation `generation` (>= 1, increasing by one per call) of layer `layer`'s
   // home bundles. `ops` is a device array of `num_ops` CopyOp (identical on every rank).
   // Publishes READY (even with nothing to copy). Waits first (reuse fence) until every member it
-  // writes to released generation - num_banks. `num_sms` <= 0 means config().copy_sms.
+  // writes to released generation - num_banks and every writer of that generation finished.
+  // `num_sms` <= 0 means config().copy_sms.
   void replicate(const CopyOp* ops, int num_ops, int layer, uint64_t generation,
                  Transport transport, StreamHandle stream, int num_sms = 0);
   // Logical mode only: replicate for local ranks [local_begin, local_end) (fault injection and
@@ -196,7 +197,8 @@ class Runtime {
                        uint64_t generation, Transport transport, StreamHandle stream,
                        int num_sms = 0);
   // Copy-engine transport: the copy list must be on the host; owners issue cudaMemcpyAsync to
-  // every member, then READY is published.
+  // every member, then READY is published. The list is staged in one runtime-owned buffer: keep
+  // copy-engine calls of one runtime on one stream.
   void replicate_copy_engine(std::span<const CopyOp> ops, int layer, uint64_t generation,
                              StreamHandle stream);
 
@@ -219,7 +221,7 @@ class Runtime {
   void check_status() const;
   void clear_status();
 
-  // Byte offsets of the symmetric region (identical on every rank); see docs/runtime.md.
+  // Bytes of one rank's symmetric region (layout identical on every rank; docs/runtime.md).
   int64_t region_bytes() const { return region_bytes_; }
   // Base of global rank r's region as mapped in this process (logical: one allocation).
   void* peer_base(int rank_idx) const;
