@@ -8,6 +8,7 @@
 #include <string>
 #include <vector>
 
+#include "iser/model.h"
 #include "iser/policy.h"
 #include "iser/trace.h"
 
@@ -27,6 +28,8 @@ struct ReplayConfig {
   std::optional<int64_t> iterations;
   bool validate = false;  // check every plan against its policy's invariants
   PolicyOptions policy_options;
+  // Layer-time projection (--project-hw): t = intercept + slope * R per invocation.
+  std::optional<model::LayerTimeFit> projection;
   int num_threads = 0;  // 0: hardware concurrency
   // Called from worker threads with (tasks done, tasks total); must be thread-safe.
   std::function<void(int64_t, int64_t)> progress;
@@ -53,7 +56,10 @@ struct PolicySummary {
   double owner_payloads_median = 0.0;
   double owner_payloads_p99 = 0.0;
   int32_t owner_payloads_max = 0;
-  double owner_outside_fraction = 0.0;          // of broadcasts whose group excludes the owner
+  double owner_outside_fraction = 0.0;  // of broadcasts whose group excludes the owner
+  // Mean projected layer time (us) before and after balancing; -1 without a projection.
+  double projected_us_before = -1.0;
+  double projected_us = -1.0;
   std::vector<double> per_layer_mean_r_before;  // indexed like ReplayResult::layers
   std::vector<double> per_layer_mean_r;
 };

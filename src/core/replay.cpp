@@ -146,6 +146,11 @@ PolicySummary summarize(const ReplayResult& result, size_t ep_idx, size_t policy
   s.owner_payloads_median = median(payloads);
   s.owner_payloads_p99 = percentile(payloads, 0.99);
   s.owner_payloads_max = payloads.back();
+  if (const auto& fit = result.config.projection) {
+    // The fit is linear in R, so the mean projected time is the projection of the mean R.
+    s.projected_us_before = fit->intercept_us + fit->slope_us * s.mean_r_before;
+    s.projected_us = fit->intercept_us + fit->slope_us * s.mean_r;
+  }
   s.owner_outside_fraction =
       broadcasts ? static_cast<double>(owner_outside) / static_cast<double>(broadcasts) : 0.0;
   return s;
@@ -179,6 +184,7 @@ ReplayResult run_replay(const RoutingSource& source, const ReplayConfig& config)
                "({} tokens dropped); lower --tokens-per-rank",
                meta.source, ep, config.tokens_per_rank,
                source.dropped_tokens(ep, config.tokens_per_rank));
+    if (config.projection) config.projection->validate();
     result.iterations_per_ep.push_back(iterations);
     result.dropped_tokens_per_ep.push_back(source.dropped_tokens(ep, config.tokens_per_rank));
   }

@@ -53,10 +53,14 @@ std::string replay_to_json(const ReplayResult& result, int indent) {
         {"owner_payloads_p99", s.owner_payloads_p99},
         {"owner_payloads_max", s.owner_payloads_max},
         {"owner_outside_fraction", s.owner_outside_fraction},
+        {"projected_layer_us_before", number_or_null(s.projected_us_before)},
+        {"projected_layer_us", number_or_null(s.projected_us)},
         {"per_layer_mean_r_before", s.per_layer_mean_r_before},
         {"per_layer_mean_r", s.per_layer_mean_r},
     });
   }
+  if (c.projection)
+    config["projection"] = nlohmann::json::parse(model::layer_time_fit_json(*c.projection));
   const nlohmann::json root = {{"config", config}, {"trace", trace}, {"results", results}};
   return root.dump(indent);
 }

@@ -10,6 +10,7 @@
 
 #include "commands.h"
 #include "iser/error.h"
+#include "iser/model.h"
 #include "iser/replay.h"
 #include "iser/trace.h"
 #include "replay_output.h"
@@ -29,7 +30,7 @@ struct ReplayArgs {
   std::string policies;
   int64_t iterations = 0;
   int num_threads = 0;
-  std::string json_path, csv_path, svg_path, report_dir;
+  std::string json_path, csv_path, svg_path, report_dir, projection;
   ReplayConfig config;
   bool quiet = false;
 };
@@ -86,7 +87,8 @@ std::unique_ptr<RoutingSource> open_source(ReplayArgs& args) {
   TraceOptions options = args.trace_options;
   if (args.num_experts > 0) options.num_experts = args.num_experts;
   if (args.top_k > 0) options.top_k = args.top_k;
-  return open_trace(args.trace.empty() ? bundled_default_trace() : std::filesystem::path(args.trace), options);
+  return open_trace(
+      args.trace.empty() ? bundled_default_trace() : std::filesystem::path(args.trace), options);
 }
 
 class ProgressBar {
@@ -118,6 +120,7 @@ void run(ReplayArgs& args) {
     config.policies = split_names(args.policies);
   if (args.iterations > 0) config.iterations = args.iterations;
   config.num_threads = args.num_threads;
+  if (!args.projection.empty()) config.projection = model::find_layer_time_fit(args.projection);
   const auto source = open_source(args);
   ProgressBar progress(!args.quiet && isatty(STDERR_FILENO));
   config.progress = [&](int64_t done, int64_t total) { progress.update(done, total); };
@@ -132,7 +135,8 @@ void run(ReplayArgs& args) {
   };
   if (!args.json_path.empty()) write_file(args.json_path, replay_to_json(result));
   if (!args.csv_path.empty()) write_file(args.csv_path, replay_to_csv(result));
-  // (svg + report land with the SVG helper)
+  if (!args.svg_path.empty()) write_layer_svgs(result, args.svg_path);
+  if (!args.report_dir.empty()) write_replay_report(result, args.report_dir);
 }
 
 }  // namespace
@@ -191,6 +195,14 @@ void add_replay_command(CLI::App& app) {
       ->check(CLI::NonNegativeNumber);
   cmd->add_option("--json", args->json_path, "Write results as JSON");
   cmd->add_option("--csv", args->csv_path, "Write per-layer results as CSV");
+  cmd->add_option("--svg", args->svg_path,
+                  "Write per-layer R before/after, layers sorted by R (Figure 7a), as SVG; with "
+                  "several EP degrees one file per degree (<stem>-ep<P>.svg)");
+  cmd->add_option("--report", args->report_dir,
+                  "Write the comparison as Markdown tables + SVG figures into this directory");
+  cmd->add_option("--project-hw", args->projection,
+                  "Project layer time with a fit: a preset (gb200-ep8) or a JSON file "
+                  "{name, intercept_us, slope_us, ep, tokens_per_rank}");
   cmd->add_flag("-q,--quiet", args->quiet, "No progress bar");
   cmd->callback([args] {
     args->synthetic_options.seed = args->trace_options.seed;

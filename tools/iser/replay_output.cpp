@@ -13,6 +13,12 @@ std::string routes_or_dash(double value) {
 
 void print_replay_tables(const ReplayResult& result, std::FILE* out) {
   const TraceMetadata& m = result.metadata;
+  if (const auto& fit = result.config.projection) {
+    fmt::print(
+        out, "layer-time projection '{}': t = {} + {} * R us (measured at EP{}, {} tokens/rank)\n",
+        fit->name, fit->intercept_us, fit->slope_us, fit->ep, fit->tokens_per_rank);
+    fmt::print(out, "  (* marks EP degrees other than the fit's: an extrapolation)\n");
+  }
   fmt::print(out, "iser replay: {} ({}{}E = {}, top-{}, {} layers)\n", m.source,
              m.model.empty() ? "" : m.model + ", ", m.dataset.empty() ? "" : m.dataset + ", ",
              m.num_experts, m.top_k, result.layers.size());
@@ -24,18 +30,25 @@ void print_replay_tables(const ReplayResult& result, std::FILE* out) {
                result.dropped_tokens_per_ep[e]
                    ? fmt::format(" ({} tail tokens dropped)", result.dropped_tokens_per_ep[e])
                    : "");
-    fmt::print(out, "  {:<16} {:>8} {:>8} {:>9} {:>10} {:>10} {:>8} {:>8} {:>8}\n", "policy",
-               "R before", "mean R", "excess", "max send", "max recv", "remote", "payload",
-               "owner");
-    fmt::print(out, "  {:<16} {:>8} {:>8} {:>9} {:>10} {:>10} {:>8} {:>8} {:>8}\n", "", "", "",
-               "removed", "out", "in", "copies", "p99", "outside");
+    const bool projected = result.config.projection.has_value();
+    fmt::print(out, "  {:<18} {:>8} {:>8} {:>9} {:>10} {:>10} {:>8} {:>8} {:>8}{}\n", "policy",
+               "R before", "mean R", "excess", "max send", "max recv", "remote", "payload", "owner",
+               projected ? "  projected" : "");
+    fmt::print(out, "  {:<18} {:>8} {:>8} {:>9} {:>10} {:>10} {:>8} {:>8} {:>8}{}\n", "", "", "",
+               "removed", "out", "in", "copies", "p99", "outside", projected ? "   layer us" : "");
     for (const PolicySummary& s : result.results) {
       if (s.ep != ep) continue;
-      fmt::print(out,
-                 "  {:<16} {:>8.4f} {:>8.4f} {:>8.1f}% {:>10} {:>10} {:>8.1f} {:>8.0f} {:>7.1f}%\n",
-                 s.policy, s.mean_r_before, s.mean_r, 100.0 * s.excess_removed,
-                 routes_or_dash(s.max_send_out), routes_or_dash(s.max_receive_in), s.remote_copies,
-                 s.owner_payloads_p99, 100.0 * s.owner_outside_fraction);
+      fmt::print(
+          out, "  {:<18} {:>8.4f} {:>8.4f} {:>8.1f}% {:>10} {:>10} {:>8.1f} {:>8.0f} {:>7.1f}%{}\n",
+          s.policy, s.mean_r_before, s.mean_r, 100.0 * s.excess_removed,
+          routes_or_dash(s.max_send_out), routes_or_dash(s.max_receive_in), s.remote_copies,
+          s.owner_payloads_p99, 100.0 * s.owner_outside_fraction,
+          projected
+              ? fmt::format(" {:>10.1f}{}", s.projected_us,
+                            result.config.projection->ep > 0 && result.config.projection->ep != ep
+                                ? "*"
+                                : "")
+              : "");
     }
   }
 }
