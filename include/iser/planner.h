@@ -93,4 +93,17 @@ void plan_halo_q(const Topology& topo, const CountMatrix& counts, const HaloQOpt
                  PlannerWorkspace& ws, Plan& plan);
 Plan plan_halo_q(const Topology& topo, const CountMatrix& counts, const HaloQOptions& options = {});
 
+// ---- iser policy (issue 10) --------------------------------------------------------------------
+
+// Room-aware placement with HALO-Q's multicast constraints (see src/core/planner/iser.cpp): the
+// owner's heaviest remaining share first, the finest level absorbing >= 7/8 of the best
+// absorbable amount, an expert exported again to a disjoint group when still heavy, <= S
+// broadcasts per owner. Uses owner_home semantics (Plan::owner_uses_home_slot = true);
+// options.absorb / owner_in_group are ignored; min_move and previous apply as in HALO-Q.
+void place_iser(const Topology& topo, const CountMatrix& counts, const HaloQOptions& options,
+                PlannerWorkspace& ws, Plan& plan);
+void plan_iser(const Topology& topo, const CountMatrix& counts, const HaloQOptions& options,
+               PlannerWorkspace& ws, Plan& plan);
+Plan plan_iser(const Topology& topo, const CountMatrix& counts, const HaloQOptions& options = {});
+
 }  // namespace iser

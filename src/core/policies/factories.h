@@ -17,5 +17,6 @@ std::unique_ptr<Policy> make_absorb_policy(const Topology& topo, const PolicyOpt
 std::unique_ptr<Policy> make_resident_policy(const Topology& topo, const PolicyOptions& options);
 std::unique_ptr<Policy> make_halo_q_owner_in_policy(const Topology& topo,
                                                     const PolicyOptions& options);
+std::unique_ptr<Policy> make_iser_policy(const Topology& topo, const PolicyOptions& options);
 
 }  // namespace iser
