@@ -5,7 +5,7 @@
 
 namespace iser::cli {
 
-// (subcommands are added here as they land)
-void add_plan_command(CLI::App& app);  // cmd_plan.cpp
+void add_plan_command(CLI::App& app);    // cmd_plan.cpp
+void add_replay_command(CLI::App& app);  // cmd_replay.cpp
 
 }  // namespace iser::cli
