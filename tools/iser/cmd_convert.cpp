@@ -24,7 +24,8 @@ void add_convert_command(CLI::App& app) {
   };
   auto args = std::make_shared<Args>();
   auto* cmd = app.add_subcommand(
-      "convert", "Convert routing data (csv, jsonl, trtllm, vllm, sglang) to canonical safetensors");
+      "convert",
+      "Convert routing data (csv, jsonl, trtllm, vllm, sglang) to canonical safetensors");
   cmd->add_option("--input,-i", args->input, "input file or TensorRT-LLM dump directory")
       ->required();
   cmd->add_option("--output,-o", args->output, "output .safetensors file")->required();
