@@ -5,7 +5,8 @@
 
 namespace iser::cli {
 
-void add_plan_command(CLI::App& app);    // cmd_plan.cpp
-void add_replay_command(CLI::App& app);  // cmd_replay.cpp
+void add_plan_command(CLI::App& app);     // cmd_plan.cpp
+void add_replay_command(CLI::App& app);   // cmd_replay.cpp
+void add_convert_command(CLI::App& app);  // cmd_convert.cpp
 
 }  // namespace iser::cli

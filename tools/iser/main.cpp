@@ -13,6 +13,7 @@ int main(int argc, char** argv) {
   app.set_version_flag("--version", "iser 0.1.0");
   iser::cli::add_plan_command(app);
   iser::cli::add_replay_command(app);
+  iser::cli::add_convert_command(app);
   try {
     app.parse(argc, argv);
   } catch (const CLI::ParseError& e) {
