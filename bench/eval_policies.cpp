@@ -42,15 +42,24 @@ int main(int argc, char** argv) {
   for (int i = 1; i + 1 < argc; i += 2) {
     const std::string flag = argv[i];
     const std::string value = argv[i + 1];
-    if (flag == "--ranks") ranks = std::atoi(value.c_str());
-    else if (flag == "--experts") experts = std::atoi(value.c_str());
-    else if (flag == "--top-k") top_k = std::atoi(value.c_str());
-    else if (flag == "--tokens") tokens = std::atoi(value.c_str());
-    else if (flag == "--layers") layers = std::atoi(value.c_str());
-    else if (flag == "--iterations") iterations = std::atoi(value.c_str());
-    else if (flag == "--policies") policies = value;
-    else if (flag == "--imbalances") imbalances = value;
-    else if (flag == "--slots") slots = value;
+    if (flag == "--ranks")
+      ranks = std::atoi(value.c_str());
+    else if (flag == "--experts")
+      experts = std::atoi(value.c_str());
+    else if (flag == "--top-k")
+      top_k = std::atoi(value.c_str());
+    else if (flag == "--tokens")
+      tokens = std::atoi(value.c_str());
+    else if (flag == "--layers")
+      layers = std::atoi(value.c_str());
+    else if (flag == "--iterations")
+      iterations = std::atoi(value.c_str());
+    else if (flag == "--policies")
+      policies = value;
+    else if (flag == "--imbalances")
+      imbalances = value;
+    else if (flag == "--slots")
+      slots = value;
     else {
       fmt::print(stderr, "unknown flag {}\n", flag);
       return 2;
@@ -86,8 +95,11 @@ int main(int argc, char** argv) {
         double r_max = 0;
         double copies = 0;
         int payload = 0;
-        auto policy = iser::make_policy(name, topo);
-        for (const auto& counts : sets) {
+        std::unique_ptr<iser::Policy> policy;
+        for (size_t k = 0; k < sets.size(); ++k) {
+          // One policy instance per layer (resident state is per layer).
+          if (k % iterations == 0) policy = iser::make_policy(name, topo);
+          const auto& counts = sets[k];
           const auto result = policy->plan(counts);
           iser::check_plan(topo, counts, result.plan, policy->validation());
           const auto m = iser::measure_invocation(topo, counts, result);
@@ -103,15 +115,25 @@ int main(int argc, char** argv) {
             fmt::print("T={} R={:.4f} B={}\n", pl.target, m.r_after, pl.broadcasts.size());
             for (int r = 0; r < ranks; ++r) {
               if (pl.loads[r] > pl.target) {
-                fmt::print("  hot rank {} L={} ({:+.3f}T) sent={} used={} experts:", r, pl.loads[r], (pl.loads[r]-pl.target)/double(pl.target), sent[r], used[r]);
-                for (int e = r*H; e < (r+1)*H; ++e) fmt::print(" {}", hist[e]);
+                fmt::print("  hot rank {} L={} ({:+.3f}T) sent={} used={} experts:", r, pl.loads[r],
+                           (pl.loads[r] - pl.target) / double(pl.target), sent[r], used[r]);
+                for (int e = r * H; e < (r + 1) * H; ++e) fmt::print(" {}", hist[e]);
                 fmt::print("\n");
               }
             }
-            int free_cold = 0; int64_t cold_room = 0;
-            for (int r = 0; r < ranks; ++r) if (pl.loads[r] < pl.target) { cold_room += pl.target - pl.loads[r]; if (used[r] < S) free_cold++; }
-            fmt::print("  cold room {} ({:.2f}T), cold ranks with free slot {}\n", cold_room, cold_room/double(pl.target), free_cold);
-            for (const auto& b : pl.broadcasts) fmt::print("  b e{} o{} L{} [{},{}) moved {}\n", b.expert, b.owner, b.level, b.group_begin, b.group_begin+b.group_size, hist[b.expert]-b.quota[b.owner]);
+            int free_cold = 0;
+            int64_t cold_room = 0;
+            for (int r = 0; r < ranks; ++r)
+              if (pl.loads[r] < pl.target) {
+                cold_room += pl.target - pl.loads[r];
+                if (used[r] < S) free_cold++;
+              }
+            fmt::print("  cold room {} ({:.2f}T), cold ranks with free slot {}\n", cold_room,
+                       cold_room / double(pl.target), free_cold);
+            for (const auto& b : pl.broadcasts)
+              fmt::print("  b e{} o{} L{} [{},{}) moved {}\n", b.expert, b.owner, b.level,
+                         b.group_begin, b.group_begin + b.group_size,
+                         hist[b.expert] - b.quota[b.owner]);
           }
           r_before += m.r_before;
           r_after += m.r_after;

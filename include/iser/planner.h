@@ -59,6 +59,7 @@ struct PlannerWorkspace {
   std::vector<int32_t> host_begin;      // [P + 1] CSR of broadcasts hosted per rank (repair)
   std::vector<int32_t> host_list;       // [Σ hosts]
   std::vector<uint64_t> host_bits;      // [P * ceil(B/64)] hosted broadcasts per rank (repair)
+  Plan alternative;                     // iser: the second placement it compares against
   std::vector<int32_t> repair;          // repair: own routes, quotas, spare counts, pairs
 };
 

@@ -26,8 +26,8 @@ int64_t stress_plans() {
 // previous plans. Returns the number of violations (printing the first few).
 TEST(PlannerStress, RandomPlansHaveNoViolations) {
   const int64_t target = stress_plans();
-  const std::vector<std::string> policies = {"halo-q", "owner-home", "absorb", "resident",
-                                             "halo-q-owner-in"};
+  const std::vector<std::string> policies = {"halo-q",   "owner-home",      "absorb",
+                                             "resident", "halo-q-owner-in", "iser"};
   testing::SplitMix64 rng(20261130);
   int64_t plans = 0;
   int64_t violations = 0;
@@ -57,8 +57,8 @@ TEST(PlannerStress, RandomPlansHaveNoViolations) {
       if (routes != counts.total()) lines.push_back("flows do not conserve routes");
       if (!lines.empty()) {
         if (violations < 5) {
-          ADD_FAILURE() << name << " P=" << P << " E=" << P * H << " S=" << S
-                        << " g_min=" << g_min << ": " << lines[0];
+          ADD_FAILURE() << name << " P=" << P << " E=" << P * H << " S=" << S << " g_min=" << g_min
+                        << ": " << lines[0];
         }
         ++violations;
       }

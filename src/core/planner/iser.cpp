@@ -50,29 +50,40 @@ bool overlaps_earlier(const Plan& plan, size_t num_broadcasts, int32_t expert, i
   return false;
 }
 
+// The eligible group of `level` that absorbs the most of `give` (min(room, give)); ties: fewer
+// cold members (each burns a scarce receiving slot), then the lowest first rank. Groups meeting
+// an earlier group of the same expert are skipped.
 Choice best_group_at(const Topology& topo, int level, int owner, int32_t target, int32_t give,
                      const std::vector<int32_t>& loads, const PlannerWorkspace& ws,
                      const Plan& plan, size_t num_broadcasts, int32_t expert, bool exported) {
   const int size = topo.group_size(level);
   const int S = topo.num_slots;
   Choice best{level, 0, -1};
-  Choice fit{level, 0, -1};
+  int32_t best_absorbed = 0;
+  int best_cold = 0;
   for (int begin = 0; begin < topo.num_ranks; begin += size) {
     int32_t room = 0;
+    int cold = 0;
     bool eligible = true;
     for (int m = begin; m < begin + size; ++m) {
       if (ws.recv_used[m] >= S) {
         eligible = false;
         break;
       }
-      if (m != owner && loads[m] < target) room += target - loads[m];
+      if (m != owner && loads[m] < target) {
+        room += target - loads[m];
+        ++cold;
+      }
     }
     if (!eligible || room <= 0) continue;
+    const int32_t absorbed = std::min(room, give);
+    if (absorbed < best_absorbed || (absorbed == best_absorbed && cold >= best_cold)) continue;
     if (exported && overlaps_earlier(plan, num_broadcasts, expert, begin, size)) continue;
-    if (room > best.room) best = {level, begin, room};
-    if (room >= give && (fit.room < 0 || room < fit.room)) fit = {level, begin, room};
+    best = {level, begin, room};
+    best_absorbed = absorbed;
+    best_cold = cold;
   }
-  return fit.room >= 0 ? fit : best;
+  return best;
 }
 
 }  // namespace
@@ -123,8 +134,8 @@ void place_iser(const Topology& topo, const CountMatrix& counts, const HaloQOpti
     Choice per_level[32];
     int32_t best_absorbed = 0;
     for (int level = 0; level < num_levels; ++level) {
-      per_level[level] = best_group_at(topo, level, o, T, give, L, ws, plan, num_broadcasts, e,
-                                       latest[e] >= 0);
+      per_level[level] =
+          best_group_at(topo, level, o, T, give, L, ws, plan, num_broadcasts, e, latest[e] >= 0);
       best_absorbed = std::max(best_absorbed, std::min(per_level[level].room, give));
     }
     if (best_absorbed <= 0) {
@@ -186,12 +197,43 @@ void place_iser(const Topology& topo, const CountMatrix& counts, const HaloQOpti
   plan.broadcasts.resize(num_broadcasts);
 }
 
+namespace {
+
+int32_t max_load(const Plan& plan) {
+  int32_t m = 0;
+  for (const int32_t l : plan.loads) m = std::max(m, l);
+  return m;
+}
+
+int32_t remote_copies(const Plan& plan) {
+  int32_t n = 0;
+  for (const Broadcast& b : plan.broadcasts) n += b.remote_copies();
+  return n;
+}
+
+}  // namespace
+
 void plan_iser(const Topology& topo, const CountMatrix& counts, const HaloQOptions& options,
                PlannerWorkspace& ws, Plan& plan) {
+  // Two placements, the better one kept: the room-aware placement above and HALO-Q's own
+  // (which wins on some mild workloads, where its need-based levels spread hot experts wider).
+  // Better = lower max load; ties: fewer remote copies; ties: the room-aware one. Both are
+  // deterministic, so the choice is too; iser is never worse than halo-q in max load.
+  place_iser(topo, counts, options, ws, plan);
+  HaloQOptions reference = options;
+  reference.absorb = false;
+  reference.owner_in_group = false;
+  place_broadcasts(topo, counts, reference, ws, ws.alternative);
+  const int32_t max_iser = max_load(plan);
+  const int32_t max_ref = max_load(ws.alternative);
+  if (max_ref < max_iser ||
+      (max_ref == max_iser && remote_copies(ws.alternative) < remote_copies(plan))) {
+    std::swap(plan.broadcasts, ws.alternative.broadcasts);
+    std::swap(plan.loads, ws.alternative.loads);
+  }
   // The owner serves its quota from its home slot: with an expert in two groups the owner may
   // be a member of one, and the home slot needs no READY wait.
   plan.owner_uses_home_slot = true;
-  place_iser(topo, counts, options, ws, plan);
   color_slots(topo, plan, ws, options.previous);
   repair_quotas(topo, counts, plan, ws);
   assign_transport(topo, plan);

@@ -14,11 +14,7 @@ class HaloQPolicy final : public Policy {
  public:
   HaloQPolicy(std::string name, const Topology& topo, const HaloQOptions& options, bool resident,
               bool iser = false)
-      : name_(std::move(name)),
-        topo_(topo),
-        options_(options),
-        resident_(resident),
-        iser_(iser) {}
+      : name_(std::move(name)), topo_(topo), options_(options), resident_(resident), iser_(iser) {}
 
   std::string_view name() const override { return name_; }
 
