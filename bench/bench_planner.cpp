@@ -52,6 +52,21 @@ void BM_HaloQ(benchmark::State& state) {
       benchmark::Counter(static_cast<double>(state.iterations()), benchmark::Counter::kIsRate);
 }
 
+void BM_Iser(benchmark::State& state) {
+  const int P = static_cast<int>(state.range(0));
+  const auto topo = Topology::make(P, kExperts, kSlots);
+  const auto& sets = counts_for(P);
+  PlannerWorkspace ws;
+  Plan plan;
+  size_t i = 0;
+  for (auto _ : state) {
+    plan_iser(topo, sets[i++ % sets.size()], {}, ws, plan);
+    benchmark::DoNotOptimize(plan.broadcasts.data());
+  }
+  state.counters["plans/s"] =
+      benchmark::Counter(static_cast<double>(state.iterations()), benchmark::Counter::kIsRate);
+}
+
 void BM_Policy(benchmark::State& state, const char* name) {
   const int P = static_cast<int>(state.range(0));
   const auto topo = Topology::make(P, kExperts, kSlots);
@@ -85,6 +100,7 @@ void ep_degrees(benchmark::internal::Benchmark* b) {
 }
 
 BENCHMARK(BM_HaloQ)->Apply(ep_degrees)->Name("plan_halo_q");
+BENCHMARK(BM_Iser)->Apply(ep_degrees)->Name("plan_iser");
 BENCHMARK_CAPTURE(BM_Policy, none, "none")->Apply(ep_degrees)->Name("policy_none");
 BENCHMARK_CAPTURE(BM_Policy, halo_q, "halo-q")->Apply(ep_degrees)->Name("policy_halo_q");
 BENCHMARK(BM_RewriteFlows)->Apply(ep_degrees)->Name("rewrite_flows");

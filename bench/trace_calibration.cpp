@@ -2,7 +2,7 @@
 // whole-trace mean R at EP8, per-iteration mean R at tau = 8192 for EP4/8/16/24, and the share
 // of a layer's routes taken by its top-4 experts.
 //
-//   build/bench/trace_calibration [kind=mixed|power-law|bundled] [layers=8] [iters=16]
+//   build/bench/trace_calibration [kind=mixed|power-law|bundled|tune] [layers=8] [iters=16]
 //                                 [whole_iters=256] [seed=1] [alpha=..] [mixed knobs: workloads=,
 //                                 base_alpha=, workload_alpha=, share=, drift=, period=]
 #include <algorithm>
@@ -12,8 +12,8 @@
 
 #include <fmt/format.h>
 
-#include "iser/trace.h"
 #include "core/trace/synthetic.h"
+#include "iser/trace.h"
 
 namespace {
 
@@ -22,8 +22,9 @@ double top4_share(const std::vector<int64_t>& hist) {
   std::sort(sorted.rbegin(), sorted.rend());
   int64_t total = 0;
   for (const int64_t v : hist) total += v;
-  return total == 0 ? 0.0 : static_cast<double>(sorted[0] + sorted[1] + sorted[2] + sorted[3]) /
-                                static_cast<double>(total);
+  return total == 0 ? 0.0
+                    : static_cast<double>(sorted[0] + sorted[1] + sorted[2] + sorted[3]) /
+                          static_cast<double>(total);
 }
 
 }  // namespace
@@ -63,6 +64,23 @@ int main(int argc, char** argv) {
   mp.drift_amplitude = std::stod(get("drift", std::to_string(mp.drift_amplitude)));
   mp.drift_period = std::stoll(get("period", std::to_string(mp.drift_period)));
 
+  if (kind == "tune") {
+    // Issue 10: power-law tuned to a whole-set rank imbalance at EP64, E = 256, top-8.
+    so.kind = "power-law";
+    so.num_experts = std::stoi(get("experts", "256"));
+    so.top_k = std::stoi(get("top_k", "8"));
+    so.rank_imbalance_ep = std::stoi(get("ep", "64"));
+    for (const double target : {1.5, 2.0, 3.0}) {
+      so.rank_imbalance = target;
+      const double alpha = iser::synthetic_alpha(so);
+      fmt::print(
+          "target R = {:.1f} at EP{} (E = {}, top-{}, {} layers): alpha = {:.6f}, measured "
+          "R = {:.4f}\n",
+          target, so.rank_imbalance_ep, so.num_experts, so.top_k, so.num_layers, alpha,
+          iser::trace::power_law_rank_imbalance(so, alpha));
+    }
+    return 0;
+  }
   std::unique_ptr<iser::RoutingSource> source;
   if (kind == "mixed") {
     source = iser::trace::make_mixed(so, mp);
@@ -88,9 +106,10 @@ int main(int argc, char** argv) {
     whole_r += iser::histogram_rank_imbalance(hist, 8);
     top4 += top4_share(hist);
   }
-  fmt::print("whole-trace EP8 mean R = {:.3f} over {} iterations x {} tokens; top-4 share = "
-             "{:.1f}%\n",
-             whole_r / L, whole_iters, 8 * kTau, 100 * top4 / L);
+  fmt::print(
+      "whole-trace EP8 mean R = {:.3f} over {} iterations x {} tokens; top-4 share = "
+      "{:.1f}%\n",
+      whole_r / L, whole_iters, 8 * kTau, 100 * top4 / L);
   // Per-iteration mean R at tau = 8192, iterations spread over the whole-trace span.
   fmt::print("per-iteration mean R (tau = {}, {} iterations x {} layers):", kTau, iters, L);
   for (const int P : {4, 8, 16, 24}) {

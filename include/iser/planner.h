@@ -59,6 +59,7 @@ struct PlannerWorkspace {
   std::vector<int32_t> host_begin;      // [P + 1] CSR of broadcasts hosted per rank (repair)
   std::vector<int32_t> host_list;       // [Σ hosts]
   std::vector<uint64_t> host_bits;      // [P * ceil(B/64)] hosted broadcasts per rank (repair)
+  Plan alternative;                     // iser: the second placement it compares against
   std::vector<int32_t> repair;          // repair: own routes, quotas, spare counts, pairs
 };
 
@@ -92,5 +93,18 @@ void assign_transport(const Topology& topo, Plan& plan);
 void plan_halo_q(const Topology& topo, const CountMatrix& counts, const HaloQOptions& options,
                  PlannerWorkspace& ws, Plan& plan);
 Plan plan_halo_q(const Topology& topo, const CountMatrix& counts, const HaloQOptions& options = {});
+
+// ---- iser policy (issue 10) --------------------------------------------------------------------
+
+// Room-aware placement with HALO-Q's multicast constraints (see src/core/planner/iser.cpp): the
+// owner's heaviest remaining share first, the finest level absorbing >= 7/8 of the best
+// absorbable amount, an expert exported again to a disjoint group when still heavy, <= S
+// broadcasts per owner. Uses owner_home semantics (Plan::owner_uses_home_slot = true);
+// options.absorb / owner_in_group are ignored; min_move and previous apply as in HALO-Q.
+void place_iser(const Topology& topo, const CountMatrix& counts, const HaloQOptions& options,
+                PlannerWorkspace& ws, Plan& plan);
+void plan_iser(const Topology& topo, const CountMatrix& counts, const HaloQOptions& options,
+               PlannerWorkspace& ws, Plan& plan);
+Plan plan_iser(const Topology& topo, const CountMatrix& counts, const HaloQOptions& options = {});
 
 }  // namespace iser

@@ -134,9 +134,8 @@ void write_histograms(const std::filesystem::path& path, const TraceMetadata& me
                       TraceDType counts_dtype = TraceDType::kInt64);
 // num_ranks = 0 writes iteration_counts [I, L, E], otherwise iteration_rank_counts [I, L, P, E].
 void write_iteration_counts(const std::filesystem::path& path, const TraceMetadata& metadata,
-                            std::span<const int64_t> counts, int64_t num_iterations,
-                            int num_layers, int num_ranks = 0,
-                            TraceDType counts_dtype = TraceDType::kInt64);
+                            std::span<const int64_t> counts, int64_t num_iterations, int num_layers,
+                            int num_ranks = 0, TraceDType counts_dtype = TraceDType::kInt64);
 
 // Wraps in-memory data as a routing source (batching rule for tokens, sampling rule for
 // histograms; per-iteration counts: exact when P matches the recorded ranks, else sampled).

@@ -24,6 +24,7 @@ const std::vector<PolicyEntry>& registry() {
       {"absorb", make_absorb_policy},
       {"resident", make_resident_policy},
       {"halo-q-owner-in", make_halo_q_owner_in_policy},
+      {"iser", make_iser_policy},
       {"eplb", make_eplb_policy},
       {"eplb-window", make_eplb_window_policy},
       {"all-rank", make_all_rank_policy},

@@ -4,6 +4,7 @@
 #include <rapidcheck.h>
 #include <rapidcheck/gtest.h>
 
+#include <algorithm>
 #include <map>
 #include <tuple>
 
@@ -49,13 +50,18 @@ void check_rewrite(const Case& c, const Plan& plan) {
   RC_ASSERT(sent == c.counts);
   const auto loads = loads_from_flows(c.topo.num_ranks, flows);
   for (int r = 0; r < c.topo.num_ranks; ++r) RC_ASSERT(loads[r] == plan.loads[r]);
-  // Per (expert, destination) flow totals equal the combined quotas.
+  // Per (expert, destination) flow totals equal the quotas, summed over the expert's broadcasts.
+  std::map<std::pair<int, int>, int64_t> quota;
+  std::map<std::pair<int, int>, int64_t> to;
   for (const Broadcast& b : plan.broadcasts) {
-    std::vector<int64_t> to(c.topo.num_ranks, 0);
-    for (const RouteFlow& f : flows) {
-      if (f.expert == b.expert) to[f.dst_rank] += f.routes;
-    }
-    for (int r = 0; r < c.topo.num_ranks; ++r) RC_ASSERT(to[r] == b.quota[r]);
+    for (int r = 0; r < c.topo.num_ranks; ++r) quota[{b.expert, r}] += b.quota[r];
+  }
+  for (const RouteFlow& f : flows) {
+    if (quota.count({f.expert, 0}) != 0) to[{f.expert, f.dst_rank}] += f.routes;
+  }
+  for (const auto& [key, q] : quota) {
+    const auto it = to.find(key);
+    RC_ASSERT((it == to.end() ? 0 : it->second) == q);
   }
 }
 
@@ -80,6 +86,35 @@ RC_GTEST_PROP(PlannerProps, HaloQFamilyPlansValidateAndRewriteConserves, ()) {
   check_rewrite(c, plan);
 }
 
+RC_GTEST_PROP(PlannerProps, IserPlansValidateAndNeverLoseToTheReference, ()) {
+  const Case c = *gen_case();
+  HaloQOptions options;
+  options.min_move = *rc::gen::element(0, 0, 16);
+  const Plan plan = plan_iser(c.topo, c.counts, options);
+  RC_CLASSIFY(plan.broadcasts.empty(), "no broadcast");
+  ValidationOptions v;
+  v.max_exports_per_owner = c.topo.num_slots;
+  v.unique_experts = false;
+  const auto violations = validate_plan(c.topo, c.counts, plan, v);
+  if (!violations.empty()) RC_FAIL(violations[0]);
+  RC_ASSERT(plan.owner_uses_home_slot);
+  // Broadcasts of one expert use pairwise disjoint groups.
+  for (size_t i = 0; i < plan.broadcasts.size(); ++i) {
+    for (size_t j = i + 1; j < plan.broadcasts.size(); ++j) {
+      const Broadcast& x = plan.broadcasts[i];
+      const Broadcast& y = plan.broadcasts[j];
+      if (x.expert != y.expert) continue;
+      RC_ASSERT(x.group_begin + x.group_size <= y.group_begin ||
+                y.group_begin + y.group_size <= x.group_begin);
+    }
+  }
+  check_rewrite(c, plan);
+  // Max load never above the reference's (iser keeps the better of two placements).
+  const Plan ref = plan_halo_q(c.topo, c.counts, options);
+  RC_ASSERT(*std::max_element(plan.loads.begin(), plan.loads.end()) <=
+            *std::max_element(ref.loads.begin(), ref.loads.end()));
+}
+
 RC_GTEST_PROP(PlannerProps, TokenRewriteMatchesFlowRewrite, ()) {
   // Small shapes: tokens are materialized from the counts.
   const int P = *rc::gen::inRange(2, 17);
@@ -92,7 +127,8 @@ RC_GTEST_PROP(PlannerProps, TokenRewriteMatchesFlowRewrite, ()) {
   const CountMatrix counts = CountMatrix::from_topk(tokens, P, 64, top_k, P * H);
   HaloQOptions options;
   options.owner_home = *rc::gen::arbitrary<bool>();
-  const Plan plan = plan_halo_q(topo, counts, options);
+  const bool iser = *rc::gen::arbitrary<bool>();
+  const Plan plan = iser ? plan_iser(topo, counts, options) : plan_halo_q(topo, counts, options);
   RC_CLASSIFY(plan.broadcasts.empty(), "no broadcast");
   const std::string mismatch =
       test_util::tokens_vs_flows_mismatch(topo, counts, plan, tokens, 64, top_k);

@@ -114,7 +114,9 @@ constexpr const char* kGoodHeader =
     R"({"__metadata__":{"num_experts":"8","top_k":"2"},)"
     R"("topk_ids":{"dtype":"I32","shape":[1,2,2],"data_offsets":[0,16]}})";
 
-std::string good_ids_data() { return le_bytes<int32_t>({0, 1, 2, 3}); }
+std::string good_ids_data() {
+  return le_bytes<int32_t>({0, 1, 2, 3});
+}
 
 TEST(TraceErrors, GoodBaselineParses) {
   const auto d = parse_safetensors_trace(raw_safetensors(kGoodHeader, good_ids_data()), "f");
@@ -154,9 +156,8 @@ TEST(TraceErrors, BadHeaderJson) {
 }
 
 TEST(TraceErrors, WrongDtype) {
-  const std::string header =
-      R"({"__metadata__":{"num_experts":"8","top_k":"2"},)"
-      R"("topk_ids":{"dtype":"F32","shape":[1,2,2],"data_offsets":[0,16]}})";
+  const std::string header = R"({"__metadata__":{"num_experts":"8","top_k":"2"},)"
+                             R"("topk_ids":{"dtype":"F32","shape":[1,2,2],"data_offsets":[0,16]}})";
   expect_error([&] { parse_safetensors_trace(raw_safetensors(header, good_ids_data()), "d.st"); },
                {"d.st", "topk_ids", "F32", "I16/I32"});
   const std::string unknown =
@@ -166,27 +167,22 @@ TEST(TraceErrors, WrongDtype) {
 }
 
 TEST(TraceErrors, ShapeMismatchOffsetsAndOverlap) {
-  const std::string shape =
-      R"({"__metadata__":{"num_experts":"8","top_k":"2"},)"
-      R"("topk_ids":{"dtype":"I32","shape":[1,3,2],"data_offsets":[0,16]}})";
+  const std::string shape = R"({"__metadata__":{"num_experts":"8","top_k":"2"},)"
+                            R"("topk_ids":{"dtype":"I32","shape":[1,3,2],"data_offsets":[0,16]}})";
   expect_error([&] { parse_safetensors_trace(raw_safetensors(shape, good_ids_data()), "s.st"); },
                {"s.st", "topk_ids", "[1,3,2]", "needs 24 bytes", "span 16"});
-  const std::string rank =
-      R"({"__metadata__":{"num_experts":"8","top_k":"2"},)"
-      R"("topk_ids":{"dtype":"I32","shape":[4],"data_offsets":[0,16]}})";
+  const std::string rank = R"({"__metadata__":{"num_experts":"8","top_k":"2"},)"
+                           R"("topk_ids":{"dtype":"I32","shape":[4],"data_offsets":[0,16]}})";
   expect_error([&] { parse_safetensors_trace(raw_safetensors(rank, good_ids_data()), "s.st"); },
                {"s.st", "topk_ids", "[4]", "[L, T, k]"});
-  const std::string overlap =
-      R"({"__metadata__":{"num_experts":"8","top_k":"2"},)"
-      R"("topk_ids":{"dtype":"I32","shape":[1,2,2],"data_offsets":[0,16]},)"
-      R"("request_id":{"dtype":"I32","shape":[2],"data_offsets":[8,16]}})";
+  const std::string overlap = R"({"__metadata__":{"num_experts":"8","top_k":"2"},)"
+                              R"("topk_ids":{"dtype":"I32","shape":[1,2,2],"data_offsets":[0,16]},)"
+                              R"("request_id":{"dtype":"I32","shape":[2],"data_offsets":[8,16]}})";
   expect_error([&] { parse_safetensors_trace(raw_safetensors(overlap, good_ids_data()), "o.st"); },
                {"o.st", "overlap"});
-  const std::string reversed =
-      R"({"topk_ids":{"dtype":"I32","shape":[0],"data_offsets":[16,8]}})";
-  expect_error(
-      [&] { parse_safetensors_trace(raw_safetensors(reversed, good_ids_data()), "o.st"); },
-      {"o.st", "data_offsets [16, 8]"});
+  const std::string reversed = R"({"topk_ids":{"dtype":"I32","shape":[0],"data_offsets":[16,8]}})";
+  expect_error([&] { parse_safetensors_trace(raw_safetensors(reversed, good_ids_data()), "o.st"); },
+               {"o.st", "data_offsets [16, 8]"});
   const std::string huge =
       R"({"topk_ids":{"dtype":"I32","shape":[4611686018427387904,4],"data_offsets":[0,16]}})";
   expect_error([&] { parse_safetensors_trace(raw_safetensors(huge, good_ids_data()), "o.st"); },
@@ -211,9 +207,8 @@ TEST(TraceErrors, ExpertIdsOutOfRange) {
       },
       {"ids.st", "topk_ids[0, 1, 1] = -2"});
   // -1 is an empty choice, allowed.
-  EXPECT_NO_THROW(
-      parse_safetensors_trace(raw_safetensors(kGoodHeader, le_bytes<int32_t>({0, -1, 2, -1})),
-                              "ids.st"));
+  EXPECT_NO_THROW(parse_safetensors_trace(
+      raw_safetensors(kGoodHeader, le_bytes<int32_t>({0, -1, 2, -1})), "ids.st"));
 }
 
 TEST(TraceErrors, MissingNumExpertsUnlessGiven) {
@@ -235,7 +230,9 @@ TEST(TraceErrors, HistogramShapeAndKindChecks) {
       R"({"__metadata__":{"num_experts":"3","top_k":"1"},)"
       R"("expert_counts.x":{"dtype":"I64","shape":[1,2],"data_offsets":[0,16]}})";
   expect_error(
-      [&] { parse_safetensors_trace(raw_safetensors(counts, le_bytes<int64_t>({1, 2})), "h.st"); },
+      [&] {
+        parse_safetensors_trace(raw_safetensors(counts, le_bytes<int64_t>({1, 2})), "h.st");
+      },
       {"h.st", "expert_counts.x", "E = 2", "num_experts = 3"});
   const std::string negative =
       R"({"__metadata__":{"num_experts":"2","top_k":"1"},)"
@@ -249,7 +246,9 @@ TEST(TraceErrors, HistogramShapeAndKindChecks) {
       R"({"__metadata__":{"num_experts":"2"},)"
       R"("expert_counts":{"dtype":"I64","shape":[1,2],"data_offsets":[0,16]}})";
   expect_error(
-      [&] { parse_safetensors_trace(raw_safetensors(no_k, le_bytes<int64_t>({1, 2})), "h.st"); },
+      [&] {
+        parse_safetensors_trace(raw_safetensors(no_k, le_bytes<int64_t>({1, 2})), "h.st");
+      },
       {"h.st", "__metadata__.top_k"});
   const std::string mixed =
       R"({"__metadata__":{"num_experts":"2","top_k":"1"},)"
@@ -274,9 +273,8 @@ TEST(TraceErrors, HistogramShapeAndKindChecks) {
 }
 
 TEST(TraceErrors, TopKMismatch) {
-  const std::string header =
-      R"({"__metadata__":{"num_experts":"8","top_k":"3"},)"
-      R"("topk_ids":{"dtype":"I32","shape":[1,2,2],"data_offsets":[0,16]}})";
+  const std::string header = R"({"__metadata__":{"num_experts":"8","top_k":"3"},)"
+                             R"("topk_ids":{"dtype":"I32","shape":[1,2,2],"data_offsets":[0,16]}})";
   expect_error([&] { parse_safetensors_trace(raw_safetensors(header, good_ids_data()), "k.st"); },
                {"k.st", "k = 2", "__metadata__.top_k = 3"});
 }
@@ -291,8 +289,7 @@ TEST(TraceFormats, VllmSingleLoadTensor) {
   EXPECT_EQ(d.metadata.num_experts, 3);
   EXPECT_EQ(d.metadata.num_layers, 2);
   EXPECT_EQ(d.histograms[0], (std::vector<int64_t>{1, 2, 3, 4, 5, 6}));
-  const std::string no_k =
-      R"({"expert_load":{"dtype":"I64","shape":[2,3],"data_offsets":[0,48]}})";
+  const std::string no_k = R"({"expert_load":{"dtype":"I64","shape":[2,3],"data_offsets":[0,48]}})";
   expect_error(
       [&] {
         parse_safetensors_trace(raw_safetensors(no_k, le_bytes<int64_t>({1, 2, 3, 4, 5, 6})),

@@ -58,8 +58,9 @@ TEST(JsonlReader, ErrorsNameLineAndValue) {
                {"x.jsonl:1", "expert id -3"});
   expect_error([] { parse_jsonl_trace("\n{\"layer\":0,\"experts\":[1]}\n", "x.jsonl", ek(8, 2)); },
                {"x.jsonl:2", "top_k = 2"});
-  expect_error([] { parse_jsonl_trace("{\"layer\":0,\"experts\":[1,2]}\n{oops\n", "x.jsonl", ek(8, 2)); },
-               {"x.jsonl:2", "not valid JSON"});
+  expect_error(
+      [] { parse_jsonl_trace("{\"layer\":0,\"experts\":[1,2]}\n{oops\n", "x.jsonl", ek(8, 2)); },
+      {"x.jsonl:2", "not valid JSON"});
   expect_error([] { parse_jsonl_trace("[1]\n", "x.jsonl", ek(8, 2)); }, {"x.jsonl:1", "array"});
   expect_error(
       [] {
@@ -71,7 +72,8 @@ TEST(JsonlReader, ErrorsNameLineAndValue) {
       {"x.jsonl", "token_idx 3", "twice"});
   expect_error([] { parse_jsonl_trace("{\"layer\":-1,\"experts\":[1,2]}\n", "x.jsonl", ek(8, 2)); },
                {"x.jsonl:1", "layer -1"});
-  expect_error([] { parse_jsonl_trace("\n\n", "x.jsonl", ek(8, 2)); }, {"x.jsonl", "no route rows"});
+  expect_error([] { parse_jsonl_trace("\n\n", "x.jsonl", ek(8, 2)); },
+               {"x.jsonl", "no route rows"});
   expect_error(
       [] { parse_jsonl_trace("{\"type\":\"weird\",\"experts\":[1,2]}\n", "x.jsonl", ek(8, 2)); },
       {"x.jsonl:1", "unknown row type 'weird'"});
@@ -121,7 +123,8 @@ TEST(CsvReader, ReadsHistogramsAndRejectsBadRows) {
   k_only.top_k = 2;
   EXPECT_EQ(parse_csv_histograms("layer,e0\n0,5\n", "h.csv", k_only).metadata.num_experts, 1);
   expect_error([&] { parse_csv_histograms("layer,e0\n0,5\n", "h.csv"); }, {"h.csv", "top_k"});
-  expect_error([&] { parse_csv_histograms("lay,e0\n0,1\n", "h.csv", k_only); }, {"h.csv:1", "header"});
+  expect_error([&] { parse_csv_histograms("lay,e0\n0,1\n", "h.csv", k_only); },
+               {"h.csv:1", "header"});
   expect_error([&] { parse_csv_histograms("layer,e0,e2\n0,1,2\n", "h.csv", k_only); },
                {"h.csv:1", "'e2'"});
   expect_error([&] { parse_csv_histograms("layer,e0,e1\n0,1\n", "h.csv", k_only); },
@@ -179,7 +182,8 @@ void write_trtllm(const std::filesystem::path& dir, int num_ranks, bool drop_one
         tensors.push_back({fmt::format("{}_{}", it, layer), trace::DType::kI32, {4}, v});
       }
     }
-    write_text(dir / fmt::format("rank{}.safetensors", r), trace::serialize_safetensors({}, tensors));
+    write_text(dir / fmt::format("rank{}.safetensors", r),
+               trace::serialize_safetensors({}, tensors));
   }
 }
 
@@ -209,7 +213,9 @@ TEST(TrtllmReader, PerIterationPerRankCounts) {
 
 // ---- the real recordings ---------------------------------------------------------------------
 
-std::filesystem::path real_dir() { return std::filesystem::path(ISER_SHARED_DIR) / "data" / "real"; }
+std::filesystem::path real_dir() {
+  return std::filesystem::path(ISER_SHARED_DIR) / "data" / "real";
+}
 
 TEST(RealData, MixtralJoinsOnProblemAndToken) {
   const auto path = real_dir() / "mixtral-8x7b-gsm8k.jsonl";
@@ -269,8 +275,9 @@ TEST(RealData, BundledPathHonoursTheEnvironment) {
   ScratchDir dir;
   ::setenv("ISER_DATA_DIR", dir.path().c_str(), 1);
   expect_error([] { bundled_default_trace(); }, {"ISER_DATA_DIR", "not found"});
-  std::filesystem::copy_file(std::filesystem::path(ISER_DATA_DIR) / "dsv41-flash-coding.safetensors",
-                             dir / "dsv41-flash-coding.safetensors");
+  std::filesystem::copy_file(
+      std::filesystem::path(ISER_DATA_DIR) / "dsv41-flash-coding.safetensors",
+      dir / "dsv41-flash-coding.safetensors");
   EXPECT_EQ(bundled_default_trace(), dir / "dsv41-flash-coding.safetensors");
   ::unsetenv("ISER_DATA_DIR");
   EXPECT_TRUE(std::filesystem::exists(bundled_default_trace()));

@@ -159,8 +159,8 @@ TEST(IterationCounts, ExactWhenRanksMatchSampledOtherwise) {
   d.metadata.num_layers = 1;
   d.num_iterations = 2;
   d.num_ranks = 2;
-  d.iteration_counts = {3, 1, 0, 2, 0, 0, 4, 4,    // iteration 0: rank 0, rank 1
-                        1, 1, 1, 0, 2, 2, 0, 0};   // iteration 1
+  d.iteration_counts = {3, 1, 0, 2, 0, 0, 4, 4,   // iteration 0: rank 0, rank 1
+                        1, 1, 1, 0, 2, 2, 0, 0};  // iteration 1
   const auto src = make_routing_source(d);
   EXPECT_EQ(src->num_iterations(2, 8), 2);
   const CountMatrix c = src->counts(0, 0, 2, 8);

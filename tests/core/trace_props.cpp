@@ -81,10 +81,10 @@ RC_GTEST_PROP(TraceProps, SampledTokensAreDistinctAndSupported, ()) {
   const int E = *rc::gen::inRange(1, 64);
   const int k = *rc::gen::inRange(1, 9);
   auto weights = *rc::gen::container<std::vector<int64_t>>(
-      static_cast<size_t>(E), rc::gen::weightedOneOf<int64_t>(
-                                  {{3, rc::gen::just<int64_t>(0)},
-                                   {6, rc::gen::inRange<int64_t>(1, 1000)},
-                                   {1, rc::gen::inRange<int64_t>(1, int64_t{1} << 40)}}));
+      static_cast<size_t>(E),
+      rc::gen::weightedOneOf<int64_t>({{3, rc::gen::just<int64_t>(0)},
+                                       {6, rc::gen::inRange<int64_t>(1, 1000)},
+                                       {1, rc::gen::inRange<int64_t>(1, int64_t{1} << 40)}}));
   TraceData d;
   d.kind = TraceKind::kHistograms;
   d.metadata.num_experts = E;

@@ -19,6 +19,7 @@
 
 #include "iser/error.h"
 #include "iser/planner.h"
+#include "planner/placement_common.h"
 
 namespace iser {
 namespace {
@@ -119,13 +120,13 @@ bool resident_candidate(const HaloQOptions& options, int32_t expert, const Group
 
 }  // namespace
 
-void place_broadcasts(const Topology& topo, const CountMatrix& counts, const HaloQOptions& options,
-                      PlannerWorkspace& ws, Plan& plan) {
+// hist, home loads and T into ws / plan (shared with the iser placement).
+int32_t prepare_loads(const Topology& topo, const CountMatrix& counts, PlannerWorkspace& ws,
+                      Plan& plan) {
   const int P = topo.num_ranks;
   const int E = topo.num_experts;
   const int H = topo.experts_per_rank();
   const int S = topo.num_slots;
-  const int C = topo.max_exports_per_owner();
   ISER_CHECK(counts.num_ranks() == P && counts.num_experts() == E,
              "count matrix {} x {} does not match topology P = {}, E = {}", counts.num_ranks(),
              counts.num_experts(), P, E);
@@ -165,6 +166,17 @@ void place_broadcasts(const Topology& topo, const CountMatrix& counts, const Hal
   }
   const int32_t T = ceil_div(static_cast<int32_t>(total), P);
   plan.target = T;
+
+  return T;
+}
+
+void place_broadcasts(const Topology& topo, const CountMatrix& counts, const HaloQOptions& options,
+                      PlannerWorkspace& ws, Plan& plan) {
+  const int P = topo.num_ranks;
+  const int S = topo.num_slots;
+  const int C = topo.max_exports_per_owner();
+  const int32_t T = prepare_loads(topo, counts, ws, plan);
+  std::vector<int32_t>& L = plan.loads;
 
   select_candidates(topo, C, ws);
   ws.recv_used.assign(P, 0);

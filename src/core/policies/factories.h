@@ -17,6 +17,7 @@ std::unique_ptr<Policy> make_absorb_policy(const Topology& topo, const PolicyOpt
 std::unique_ptr<Policy> make_resident_policy(const Topology& topo, const PolicyOptions& options);
 std::unique_ptr<Policy> make_halo_q_owner_in_policy(const Topology& topo,
                                                     const PolicyOptions& options);
+std::unique_ptr<Policy> make_iser_policy(const Topology& topo, const PolicyOptions& options);
 
 // Baselines (DESIGN §6): policies/eplb_static.cpp, all_rank.cpp, p2p.cpp.
 std::unique_ptr<Policy> make_eplb_policy(const Topology& topo, const PolicyOptions& options);

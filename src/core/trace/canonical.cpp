@@ -3,9 +3,9 @@
 #include <cstring>
 #include <set>
 
+#include "common.h"
 #include "iser/error.h"
 #include "iser/trace.h"
-#include "common.h"
 #include "safetensors.h"
 
 namespace iser {
@@ -46,7 +46,8 @@ void expect_dtype(const SafetensorsView& view, const TensorInfo& t,
                   std::initializer_list<DType> allowed) {
   const bool ok = std::find(allowed.begin(), allowed.end(), t.dtype) != allowed.end();
   std::string names;
-  for (const DType d : allowed) names += fmt::format("{}{}", names.empty() ? "" : "/", trace::dtype_name(d));
+  for (const DType d : allowed)
+    names += fmt::format("{}{}", names.empty() ? "" : "/", trace::dtype_name(d));
   ISER_CHECK(ok, "{}: tensor '{}' has dtype {}, expected {}", view.name, t.name, t.dtype_name,
              names);
 }
@@ -118,8 +119,8 @@ TraceData read_canonical(const SafetensorsView& view, const TraceOptions& option
     const int64_t k = t.shape[2];
     ISER_CHECK(!options.top_k || *options.top_k == k,
                "{}: topk_ids has k = {} but top_k = {} was requested", name, k, *options.top_k);
-    ISER_CHECK(!file_k || *file_k == k, "{}: topk_ids has k = {} but __metadata__.top_k = {}",
-               name, k, *file_k);
+    ISER_CHECK(!file_k || *file_k == k, "{}: topk_ids has k = {} but __metadata__.top_k = {}", name,
+               k, *file_k);
     ISER_CHECK(t.shape[0] >= 1 && t.shape[0] <= trace::kMaxTraceLayers && k >= 1 &&
                    k <= trace::kMaxTraceTopK,
                "{}: topk_ids shape {} out of range (1 <= L <= {}, 1 <= k <= {})", name,
@@ -142,18 +143,17 @@ TraceData read_canonical(const SafetensorsView& view, const TraceOptions& option
       if (!is_histogram_name(t.name)) continue;
       expect_dtype(view, t, {DType::kI32, DType::kI64});
       expect_shape(view, t, 2, "[L, E]");
-      ISER_CHECK(t.shape[1] == num_experts, "{}: tensor '{}' has E = {} but num_experts = {}",
-                 name, t.name, t.shape[1], num_experts);
+      ISER_CHECK(t.shape[1] == num_experts, "{}: tensor '{}' has E = {} but num_experts = {}", name,
+                 t.name, t.shape[1], num_experts);
       ISER_CHECK(t.shape[0] >= 1 && t.shape[0] <= trace::kMaxTraceLayers,
                  "{}: tensor '{}' has L = {}, expected 1..{}", name, t.name, t.shape[0],
                  trace::kMaxTraceLayers);
       ISER_CHECK(meta.num_layers == 0 || meta.num_layers == t.shape[0],
-                 "{}: tensor '{}' has L = {}, other categories have {}", name, t.name,
-                 t.shape[0], meta.num_layers);
+                 "{}: tensor '{}' has L = {}, other categories have {}", name, t.name, t.shape[0],
+                 meta.num_layers);
       meta.num_layers = static_cast<int>(t.shape[0]);
-      data.categories.push_back(t.name == kExpertCounts
-                                    ? std::string()
-                                    : t.name.substr(kExpertCounts.size() + 1));
+      data.categories.push_back(t.name == kExpertCounts ? std::string()
+                                                        : t.name.substr(kExpertCounts.size() + 1));
       data.histograms.push_back(view.read_integers(t));
     }
   } else {
@@ -257,7 +257,8 @@ void TraceData::validate(std::string_view what) const {
                  m.num_tokens);
       for (size_t i = 0; i < topk_ids.size(); ++i) {
         const int32_t v = topk_ids[i];
-        if (v >= -1 && v < E) [[likely]] continue;
+        if (v >= -1 && v < E) [[likely]]
+          continue;
         const int64_t per_layer = m.num_tokens * m.top_k;
         throw Error(fmt::format("{}: topk_ids[{}, {}, {}] = {} outside [-1, {}) (num_experts = {})",
                                 what, static_cast<int64_t>(i) / per_layer,
@@ -284,11 +285,10 @@ void TraceData::validate(std::string_view what) const {
     case TraceKind::kIterationCounts: {
       ISER_CHECK(num_ranks >= 0 && num_ranks <= kMaxRanks, "{}: num_ranks = {} out of range", what,
                  num_ranks);
-      const int64_t expected =
-          checked_product({num_iterations, L, std::max(num_ranks, 1), E});
+      const int64_t expected = checked_product({num_iterations, L, std::max(num_ranks, 1), E});
       ISER_CHECK(static_cast<int64_t>(iteration_counts.size()) == expected,
-                 "{}: iteration counts have {} entries, expected {}", what,
-                 iteration_counts.size(), expected);
+                 "{}: iteration counts have {} entries, expected {}", what, iteration_counts.size(),
+                 expected);
       check_counts(what, "iteration counts", iteration_counts);
       break;
     }
@@ -314,9 +314,12 @@ std::string serialize_trace(const TraceData& data, TraceDType ids_dtype, TraceDT
   data.validate("trace to write");
   const auto to_dtype = [](TraceDType d) {
     switch (d) {
-      case TraceDType::kInt16: return DType::kI16;
-      case TraceDType::kInt32: return DType::kI32;
-      case TraceDType::kInt64: return DType::kI64;
+      case TraceDType::kInt16:
+        return DType::kI16;
+      case TraceDType::kInt32:
+        return DType::kI32;
+      case TraceDType::kInt64:
+        return DType::kI64;
     }
     return DType::kI64;
   };
@@ -330,7 +333,8 @@ std::string serialize_trace(const TraceData& data, TraceDType ids_dtype, TraceDT
   std::vector<trace::TensorToWrite> tensors;
   switch (data.kind) {
     case TraceKind::kTokens:
-      tensors.push_back({std::string(kTopkIds), to_dtype(ids_dtype),
+      tensors.push_back({std::string(kTopkIds),
+                         to_dtype(ids_dtype),
                          {m.num_layers, m.num_tokens, m.top_k},
                          std::vector<int64_t>(data.topk_ids.begin(), data.topk_ids.end())});
       if (!data.request_ids.empty()) {
@@ -339,20 +343,24 @@ std::string serialize_trace(const TraceData& data, TraceDType ids_dtype, TraceDT
       break;
     case TraceKind::kHistograms:
       for (size_t c = 0; c < data.categories.size(); ++c) {
-        const std::string tensor_name = data.categories[c].empty()
-                                            ? std::string(kExpertCounts)
-                                            : fmt::format("{}.{}", kExpertCounts, data.categories[c]);
-        tensors.push_back({tensor_name, to_dtype(counts_dtype),
-                           {m.num_layers, m.num_experts}, data.histograms[c]});
+        const std::string tensor_name =
+            data.categories[c].empty() ? std::string(kExpertCounts)
+                                       : fmt::format("{}.{}", kExpertCounts, data.categories[c]);
+        tensors.push_back({tensor_name,
+                           to_dtype(counts_dtype),
+                           {m.num_layers, m.num_experts},
+                           data.histograms[c]});
       }
       break;
     case TraceKind::kIterationCounts:
       if (data.num_ranks == 0) {
-        tensors.push_back({std::string(kIterationCounts), to_dtype(counts_dtype),
+        tensors.push_back({std::string(kIterationCounts),
+                           to_dtype(counts_dtype),
                            {data.num_iterations, m.num_layers, m.num_experts},
                            data.iteration_counts});
       } else {
-        tensors.push_back({std::string(kIterationRankCounts), to_dtype(counts_dtype),
+        tensors.push_back({std::string(kIterationRankCounts),
+                           to_dtype(counts_dtype),
                            {data.num_iterations, m.num_layers, data.num_ranks, m.num_experts},
                            data.iteration_counts});
       }
@@ -399,8 +407,8 @@ void write_histograms(const std::filesystem::path& path, const TraceMetadata& me
 }
 
 void write_iteration_counts(const std::filesystem::path& path, const TraceMetadata& metadata,
-                            std::span<const int64_t> counts, int64_t num_iterations,
-                            int num_layers, int num_ranks, TraceDType counts_dtype) {
+                            std::span<const int64_t> counts, int64_t num_iterations, int num_layers,
+                            int num_ranks, TraceDType counts_dtype) {
   TraceData data;
   data.kind = TraceKind::kIterationCounts;
   data.metadata = metadata;

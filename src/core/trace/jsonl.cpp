@@ -11,12 +11,13 @@
 #include <cmath>
 #include <map>
 #include <unordered_map>
+#include <unordered_set>
 
 #include <nlohmann/json.hpp>
 
+#include "common.h"
 #include "iser/error.h"
 #include "iser/trace.h"
-#include "common.h"
 
 namespace iser {
 namespace {
@@ -110,22 +111,23 @@ void Parser::parse_meta(const json& row, int64_t line_no) {
 void Parser::ensure_shape(int64_t line_no) {
   if (shape_ready_) return;
   const std::string where = fmt::format("{} (line {})", name_, line_no);
-  num_experts_ = trace::resolve_num_experts(where, options_, meta_experts_,
-                                            "the meta line's num_experts");
+  num_experts_ =
+      trace::resolve_num_experts(where, options_, meta_experts_, "the meta line's num_experts");
   top_k_ = trace::resolve_top_k(where, options_, meta_top_k_, "the meta line's top_k");
   shape_ready_ = true;
 }
 
 void Parser::read_ids(const json& ids, int64_t line_no, std::vector<int32_t>& out) {
   ISER_CHECK(ids.is_array() && static_cast<int64_t>(ids.size()) == top_k_,
-             "{}:{}: expert list {} is not an array of top_k = {} ids", name_, line_no,
-             ids.dump(), top_k_);
+             "{}:{}: expert list {} is not an array of top_k = {} ids", name_, line_no, ids.dump(),
+             top_k_);
   for (const auto& v : ids) {
     ISER_CHECK(v.is_number_integer(), "{}:{}: expert id {} is not an integer", name_, line_no,
                v.dump());
     const auto e = v.get<int64_t>();
-    ISER_CHECK(e >= -1 && e < num_experts_, "{}:{}: expert id {} outside [-1, {}) (num_experts = {})",
-               name_, line_no, e, num_experts_, num_experts_);
+    ISER_CHECK(e >= -1 && e < num_experts_,
+               "{}:{}: expert id {} outside [-1, {}) (num_experts = {})", name_, line_no, e,
+               num_experts_, num_experts_);
     out.push_back(static_cast<int32_t>(e));
   }
 }
@@ -139,7 +141,8 @@ bool Parser::looks_like_profiling(const json& row) {
     return false;
   }
   for (const auto& w : *weights) {
-    if (!w.is_number() || std::abs(w.get<double>() - 1.0 / static_cast<double>(weights->size())) > 1e-6) {
+    if (!w.is_number() ||
+        std::abs(w.get<double>() - 1.0 / static_cast<double>(weights->size())) > 1e-6) {
       return false;
     }
   }
@@ -173,7 +176,8 @@ void Parser::parse_route(const json& row, int64_t line_no) {
   std::string request = "-";
   if (const json* r = find_any(row, {"req_id", "request_id", "problem_id"}); r != nullptr) {
     ISER_CHECK(r->is_string() || r->is_number_integer(),
-               "{}:{}: request id {} is neither a string nor an integer", name_, line_no, r->dump());
+               "{}:{}: request id {} is neither a string nor an integer", name_, line_no,
+               r->dump());
     request = r->dump();
   }
   const auto [req_it, new_request] =
@@ -263,31 +267,32 @@ TraceData Parser::assemble() {
     return std::lower_bound(layer_ids.begin(), layer_ids.end(), id) - layer_ids.begin();
   };
 
-  // Which (token, layer) cells are filled; a token is kept only when every layer has it.
+  // A token is kept only when every layer has it. Memory stays O(rows): no token x layer table.
   const auto num_keys = static_cast<int64_t>(token_keys_.size());
-  std::vector<int64_t> cell(static_cast<size_t>(num_keys * num_layers), -1);
-  for (size_t i = 0; i < rows_.size(); ++i) {
-    const int64_t c = rows_[i].token_key * num_layers + layer_index(rows_[i].layer_id);
-    if (cell[c] != -1) {
-      const TokenKey& k = token_keys_[rows_[i].token_key];
-      throw Error(fmt::format("{}: token (request #{}, token_idx {}) appears twice in layer {}",
-                              name_, k.request_idx, k.token_idx, rows_[i].layer_id));
+  std::vector<int32_t> layers_seen(static_cast<size_t>(num_keys), 0);
+  {
+    std::unordered_set<TokenKey, TokenKeyHash> cells;  // (token, layer index) pairs
+    cells.reserve(rows_.size());
+    for (const Row& r : rows_) {
+      if (!cells.insert({r.token_key, layer_index(r.layer_id)}).second) {
+        const TokenKey& k = token_keys_[r.token_key];
+        throw Error(fmt::format("{}: token (request #{}, token_idx {}) appears twice in layer {}",
+                                name_, k.request_idx, k.token_idx, r.layer_id));
+      }
+      ++layers_seen[r.token_key];
     }
-    cell[c] = static_cast<int64_t>(i);
   }
-  std::vector<int64_t> order(static_cast<size_t>(num_keys));
-  for (int64_t i = 0; i < num_keys; ++i) order[i] = i;
-  std::sort(order.begin(), order.end(), [&](int64_t a, int64_t b) {
+  std::vector<int64_t> kept;
+  for (int64_t key = 0; key < num_keys; ++key) {
+    if (layers_seen[key] == num_layers) kept.push_back(key);
+  }
+  std::sort(kept.begin(), kept.end(), [&](int64_t a, int64_t b) {
     const TokenKey& ka = token_keys_[a];
     const TokenKey& kb = token_keys_[b];
     return std::pair(ka.request_idx, ka.token_idx) < std::pair(kb.request_idx, kb.token_idx);
   });
-  std::vector<int64_t> kept;
-  for (const int64_t key : order) {
-    bool complete = true;
-    for (int64_t l = 0; l < num_layers && complete; ++l) complete = cell[key * num_layers + l] != -1;
-    if (complete) kept.push_back(key);
-  }
+  std::vector<int64_t> position(static_cast<size_t>(num_keys), -1);
+  for (size_t t = 0; t < kept.size(); ++t) position[kept[t]] = static_cast<int64_t>(t);
   const int64_t incomplete = num_keys - static_cast<int64_t>(kept.size());
 
   TraceData data;
@@ -311,21 +316,20 @@ TraceData Parser::assemble() {
                                 profile_rows_));
   }
   if (layer_ids.front() != 0 || layer_ids.back() != num_layers - 1) {
-    notes.push_back(fmt::format("layer ids {} mapped to 0..{}", fmt::join(layer_ids, ","),
-                                num_layers - 1));
+    notes.push_back(
+        fmt::format("layer ids {} mapped to 0..{}", fmt::join(layer_ids, ","), num_layers - 1));
   }
   meta.notes = fmt::format("{}", fmt::join(notes, "; "));
 
   const auto T = static_cast<int64_t>(kept.size());
   data.topk_ids.resize(static_cast<size_t>(num_layers * T * top_k_));
   data.request_ids.resize(static_cast<size_t>(T));
-  for (int64_t t = 0; t < T; ++t) {
-    data.request_ids[t] = token_keys_[kept[t]].request_idx;
-    for (int64_t l = 0; l < num_layers; ++l) {
-      const Row& row = rows_[cell[kept[t] * num_layers + l]];
-      std::copy_n(ids_.begin() + static_cast<ptrdiff_t>(row.ids_offset), top_k_,
-                  data.topk_ids.begin() + (l * T + t) * top_k_);
-    }
+  for (int64_t t = 0; t < T; ++t) data.request_ids[t] = token_keys_[kept[t]].request_idx;
+  for (const Row& row : rows_) {
+    const int64_t t = position[row.token_key];
+    if (t < 0) continue;
+    std::copy_n(ids_.begin() + static_cast<ptrdiff_t>(row.ids_offset), top_k_,
+                data.topk_ids.begin() + (layer_index(row.layer_id) * T + t) * top_k_);
   }
   data.validate(name_);
   return data;

@@ -11,8 +11,8 @@
 #include <cmath>
 #include <numbers>
 
-#include "iser/error.h"
 #include "common.h"
+#include "iser/error.h"
 #include "sampler.h"
 #include "sources.h"
 #include "synthetic.h"
@@ -27,12 +27,12 @@ constexpr uint64_t kRouteTag = 0x726f7574;        // "rout"
 constexpr int64_t kBlock = 2048;
 constexpr double kTotalWeight = 0x1.0p40;
 
-std::vector<double> zipf_shares(int n, double alpha, double offset, double cutoff,
-                                uint64_t seed) {
+std::vector<double> zipf_shares(int n, double alpha, double offset, double cutoff, uint64_t seed) {
   Xoshiro256 rng(seed);
   std::vector<int32_t> order(static_cast<size_t>(n));
   for (int i = 0; i < n; ++i) order[i] = i;
-  for (int i = n - 1; i > 0; --i) std::swap(order[i], order[rng.below(static_cast<uint64_t>(i) + 1)]);
+  for (int i = n - 1; i > 0; --i)
+    std::swap(order[i], order[rng.below(static_cast<uint64_t>(i) + 1)]);
   std::vector<double> shares(static_cast<size_t>(n));
   double sum = 0;
   for (int i = 0; i < n; ++i) {
@@ -52,8 +52,8 @@ class MixedSource final : public RoutingSource {
                "synthetic mixed: invalid parameters");
     meta_.model = "synthetic";
     meta_.dataset = "mixed";
-    meta_.source = fmt::format("synthetic:mixed (E = {}, k = {}, L = {}, seed = {})",
-                               o.num_experts, o.top_k, o.num_layers, o.seed);
+    meta_.source = fmt::format("synthetic:mixed (E = {}, k = {}, L = {}, seed = {})", o.num_experts,
+                               o.top_k, o.num_layers, o.seed);
     meta_.num_experts = o.num_experts;
     meta_.top_k = o.top_k;
     meta_.num_layers = o.num_layers;
@@ -61,9 +61,11 @@ class MixedSource final : public RoutingSource {
     const int E = o.num_experts;
     std::vector<int64_t> weights(static_cast<size_t>(E));
     for (int l = 0; l < o.num_layers; ++l) {
-      const auto base = zipf_shares(E, p.base_alpha, p.head_offset, p.cutoff, mix_seed(seed_, kPermutationTag, l, W));
+      const auto base = zipf_shares(E, p.base_alpha, p.head_offset, p.cutoff,
+                                    mix_seed(seed_, kPermutationTag, l, W));
       for (int w = 0; w < W; ++w) {
-        const auto own = zipf_shares(E, p.workload_alpha, p.head_offset, p.cutoff, mix_seed(seed_, kPermutationTag, l, w));
+        const auto own = zipf_shares(E, p.workload_alpha, p.head_offset, p.cutoff,
+                                     mix_seed(seed_, kPermutationTag, l, w));
         for (int e = 0; e < E; ++e) {
           const double share = (1 - p.workload_share) * base[e] + p.workload_share * own[e];
           weights[e] = std::max<int64_t>(1, std::llround(kTotalWeight * share));
@@ -111,7 +113,7 @@ class MixedSource final : public RoutingSource {
   void check(int layer_idx, int64_t iteration_idx, int num_ranks, int tokens_per_rank) const {
     check_invocation(meta_, layer_idx, iteration_idx, num_ranks, tokens_per_rank);
     ISER_CHECK(iteration_idx <= (int64_t{1} << 40) / (static_cast<int64_t>(num_ranks) *
-                                                       std::max(tokens_per_rank, 1)),
+                                                      std::max(tokens_per_rank, 1)),
                "synthetic mixed: iteration {} beyond the 2^40-token stream", iteration_idx);
   }
 
@@ -119,7 +121,8 @@ class MixedSource final : public RoutingSource {
     const int W = params_.num_workloads;
     double logits[256];
     double sum = 0;
-    const double angle = 2 * std::numbers::pi * static_cast<double>(position % params_.drift_period) /
+    const double angle = 2 * std::numbers::pi *
+                         static_cast<double>(position % params_.drift_period) /
                          static_cast<double>(params_.drift_period);
     for (int w = 0; w < W; ++w) {
       logits[w] = std::exp(params_.drift_amplitude * std::sin(angle + phases_[w]));
@@ -143,9 +146,9 @@ class MixedSource final : public RoutingSource {
       const int64_t start = block * kBlock;
       Xoshiro256 req_rng(mix_seed(seed_, kRequestTag, static_cast<uint64_t>(block)));
       for (int64_t t = 0; t < kBlock;) {
-        const int64_t len = params_.min_request +
-                            static_cast<int64_t>(req_rng.below(
-                                static_cast<uint64_t>(params_.max_request - params_.min_request + 1)));
+        const int64_t len =
+            params_.min_request + static_cast<int64_t>(req_rng.below(static_cast<uint64_t>(
+                                      params_.max_request - params_.min_request + 1)));
         const auto w = static_cast<uint8_t>(draw_workload(req_rng, start + t));
         for (const int64_t end = std::min(kBlock, t + len); t < end; ++t) workload[t] = w;
       }

@@ -2,9 +2,9 @@
 #include <cstdlib>
 #include <cstring>
 
+#include "common.h"
 #include "iser/error.h"
 #include "iser/trace.h"
-#include "common.h"
 
 namespace iser {
 namespace {
@@ -85,11 +85,20 @@ TraceData read_trace_data(const std::filesystem::path& path, const TraceOptions&
   TraceData data;
   switch (format) {
     case TraceFormat::kSafetensors:
-    case TraceFormat::kVllm: data = parse_safetensors_trace(bytes, name, options); break;
-    case TraceFormat::kJsonl: data = parse_jsonl_trace(bytes, name, options); break;
-    case TraceFormat::kCsv: data = parse_csv_histograms(bytes, name, options); break;
-    case TraceFormat::kSglang: data = parse_sglang_trace(bytes, name, options); break;
-    default: throw Error("internal error: unhandled trace format");
+    case TraceFormat::kVllm:
+      data = parse_safetensors_trace(bytes, name, options);
+      break;
+    case TraceFormat::kJsonl:
+      data = parse_jsonl_trace(bytes, name, options);
+      break;
+    case TraceFormat::kCsv:
+      data = parse_csv_histograms(bytes, name, options);
+      break;
+    case TraceFormat::kSglang:
+      data = parse_sglang_trace(bytes, name, options);
+      break;
+    default:
+      throw Error("internal error: unhandled trace format");
   }
   return data;
 }

@@ -7,9 +7,9 @@
 
 #include <nlohmann/json.hpp>
 
+#include "common.h"
 #include "iser/error.h"
 #include "iser/trace.h"
-#include "common.h"
 #include "safetensors.h"
 
 namespace iser {
@@ -62,12 +62,12 @@ TraceData parse_sglang_trace(std::string_view text, std::string_view name,
   ISER_CHECK(lc != doc.end() && lc->is_array() && !lc->empty(),
              "{}: logical_count is missing or not a non-empty array", name);
   // [L][E] or [I][L][E]: depth decided by the first element.
-  const bool per_iteration = lc->front().is_array() && !lc->front().empty() &&
-                             lc->front().front().is_array();
+  const bool per_iteration =
+      lc->front().is_array() && !lc->front().empty() && lc->front().front().is_array();
   const json& first_layer_set = per_iteration ? lc->front() : *lc;
-  ISER_CHECK(first_layer_set.is_array() && !first_layer_set.empty() &&
-                 first_layer_set.front().is_array(),
-             "{}: logical_count is not [L][E] or [I][L][E]", name);
+  ISER_CHECK(
+      first_layer_set.is_array() && !first_layer_set.empty() && first_layer_set.front().is_array(),
+      "{}: logical_count is not [L][E] or [I][L][E]", name);
   const auto file_e = static_cast<int64_t>(first_layer_set.front().size());
   const auto num_layers = static_cast<int64_t>(first_layer_set.size());
   TraceOptions opts = options;
@@ -140,8 +140,7 @@ TraceData parse_csv_histograms(std::string_view text, std::string_view name,
   };
   const auto header = split(lines[0]);
   ISER_CHECK(header.size() >= 2 && header[0] == "layer",
-             "{}:1: header must be 'layer,e0,...,e<E-1>', got '{}'", name,
-             lines[0].substr(0, 80));
+             "{}:1: header must be 'layer,e0,...,e<E-1>', got '{}'", name, lines[0].substr(0, 80));
   const auto file_e = static_cast<int64_t>(header.size() - 1);
   for (int64_t e = 0; e < file_e; ++e) {
     ISER_CHECK(header[e + 1] == fmt::format("e{}", e), "{}:1: column {} is '{}', expected 'e{}'",
@@ -191,8 +190,8 @@ TraceData read_trtllm_dump(const std::filesystem::path& directory, const TraceOp
   const auto meta_path = directory / "meta_info.json";
   const std::string meta_text = trace::read_file_bytes(meta_path);
   const json meta_json = json::parse(meta_text, nullptr, /*allow_exceptions=*/false);
-  ISER_CHECK(!meta_json.is_discarded() && meta_json.is_object(),
-             "{}: not a valid JSON object", meta_path.string());
+  ISER_CHECK(!meta_json.is_discarded() && meta_json.is_object(), "{}: not a valid JSON object",
+             meta_path.string());
 
   TraceData data;
   data.kind = TraceKind::kIterationCounts;
@@ -237,8 +236,8 @@ TraceData read_trtllm_dump(const std::filesystem::path& directory, const TraceOp
       ISER_CHECK(std::regex_match(t.name, m, kKey),
                  "{}: tensor '{}' is not named '<iteration>_<layer>'", path.string(), t.name);
       ISER_CHECK(t.shape.size() == 1 && static_cast<size_t>(t.shape[0]) == E,
-                 "{}: tensor '{}' has {} dimensions / {} entries, expected [E = {}]",
-                 path.string(), t.name, t.shape.size(), t.shape.empty() ? 0 : t.shape[0], E);
+                 "{}: tensor '{}' has {} dimensions / {} entries, expected [E = {}]", path.string(),
+                 t.name, t.shape.size(), t.shape.empty() ? 0 : t.shape[0], E);
       const std::pair key{std::stoll(m[1].str()), std::stoll(m[2].str())};
       auto it = cells.find(key);
       if (r == 0) {
@@ -249,8 +248,8 @@ TraceData read_trtllm_dump(const std::filesystem::path& directory, const TraceOp
       }
       const auto values = view.read_integers(t);
       for (size_t e = 0; e < E; ++e) {
-        ISER_CHECK(values[e] >= 0, "{}: tensor '{}'[{}] = {} is negative", path.string(), t.name,
-                   e, values[e]);
+        ISER_CHECK(values[e] >= 0, "{}: tensor '{}'[{}] = {} is negative", path.string(), t.name, e,
+                   values[e]);
         it->second[r * E + e] = values[e];
       }
       ++seen;
@@ -278,8 +277,8 @@ TraceData read_trtllm_dump(const std::filesystem::path& directory, const TraceOp
     data.iteration_counts.insert(data.iteration_counts.end(), values.begin(), values.end());
   }
   if (*layers.begin() != 0 || *layers.rbegin() != static_cast<int64_t>(layers.size()) - 1) {
-    meta.notes = fmt::format("layer ids {} mapped to 0..{}", fmt::join(layers, ","),
-                             layers.size() - 1);
+    meta.notes =
+        fmt::format("layer ids {} mapped to 0..{}", fmt::join(layers, ","), layers.size() - 1);
   }
   data.validate(dir);
   return data;

@@ -22,10 +22,10 @@ struct DTypeEntry {
   size_t size;
 };
 constexpr DTypeEntry kDTypes[] = {
-    {"BOOL", DType::kBool, 1}, {"U8", DType::kU8, 1},    {"I8", DType::kI8, 1},
-    {"I16", DType::kI16, 2},   {"U16", DType::kU16, 2},  {"F16", DType::kF16, 2},
-    {"BF16", DType::kBF16, 2}, {"I32", DType::kI32, 4},  {"U32", DType::kU32, 4},
-    {"F32", DType::kF32, 4},   {"I64", DType::kI64, 8},  {"U64", DType::kU64, 8},
+    {"BOOL", DType::kBool, 1}, {"U8", DType::kU8, 1},   {"I8", DType::kI8, 1},
+    {"I16", DType::kI16, 2},   {"U16", DType::kU16, 2}, {"F16", DType::kF16, 2},
+    {"BF16", DType::kBF16, 2}, {"I32", DType::kI32, 4}, {"U32", DType::kU32, 4},
+    {"F32", DType::kF32, 4},   {"I64", DType::kI64, 8}, {"U64", DType::kU64, 8},
     {"F64", DType::kF64, 8},
 };
 
@@ -77,8 +77,12 @@ void store_narrowed(const TensorToWrite& t, std::string& out) {
 
 }  // namespace
 
-std::string_view dtype_name(DType dtype) { return entry_of(dtype).name; }
-size_t dtype_size(DType dtype) { return entry_of(dtype).size; }
+std::string_view dtype_name(DType dtype) {
+  return entry_of(dtype).name;
+}
+size_t dtype_size(DType dtype) {
+  return entry_of(dtype).size;
+}
 
 const TensorInfo* SafetensorsView::find(std::string_view tensor_name) const {
   const auto it = std::lower_bound(
@@ -91,13 +95,27 @@ std::vector<int64_t> SafetensorsView::read_integers(const TensorInfo& tensor) co
   std::vector<int64_t> out(tensor.num_elements);
   const char* src = data.data() + tensor.begin;
   switch (tensor.dtype) {
-    case DType::kU8: load_widened<uint8_t>(src, tensor.num_elements, out); break;
-    case DType::kI8: load_widened<int8_t>(src, tensor.num_elements, out); break;
-    case DType::kI16: load_widened<int16_t>(src, tensor.num_elements, out); break;
-    case DType::kU16: load_widened<uint16_t>(src, tensor.num_elements, out); break;
-    case DType::kI32: load_widened<int32_t>(src, tensor.num_elements, out); break;
-    case DType::kU32: load_widened<uint32_t>(src, tensor.num_elements, out); break;
-    case DType::kI64: load_widened<int64_t>(src, tensor.num_elements, out); break;
+    case DType::kU8:
+      load_widened<uint8_t>(src, tensor.num_elements, out);
+      break;
+    case DType::kI8:
+      load_widened<int8_t>(src, tensor.num_elements, out);
+      break;
+    case DType::kI16:
+      load_widened<int16_t>(src, tensor.num_elements, out);
+      break;
+    case DType::kU16:
+      load_widened<uint16_t>(src, tensor.num_elements, out);
+      break;
+    case DType::kI32:
+      load_widened<int32_t>(src, tensor.num_elements, out);
+      break;
+    case DType::kU32:
+      load_widened<uint32_t>(src, tensor.num_elements, out);
+      break;
+    case DType::kI64:
+      load_widened<int64_t>(src, tensor.num_elements, out);
+      break;
     default:
       throw Error(fmt::format("{}: tensor '{}' has dtype {}, expected an integer dtype", name,
                               tensor.name, tensor.dtype_name));
@@ -108,8 +126,9 @@ std::vector<int64_t> SafetensorsView::read_integers(const TensorInfo& tensor) co
 SafetensorsView parse_safetensors(std::string_view bytes, std::string_view name) {
   SafetensorsView view;
   view.name = std::string(name);
-  ISER_CHECK(bytes.size() >= 8, "{}: file has {} bytes, too short for the 8-byte safetensors header length",
-             name, bytes.size());
+  ISER_CHECK(bytes.size() >= 8,
+             "{}: file has {} bytes, too short for the 8-byte safetensors header length", name,
+             bytes.size());
   uint64_t header_len = 0;
   std::memcpy(&header_len, bytes.data(), 8);
   ISER_CHECK(header_len <= kMaxHeaderBytes, "{}: header length {} exceeds the {}-byte limit", name,
@@ -130,8 +149,8 @@ SafetensorsView parse_safetensors(std::string_view bytes, std::string_view name)
       ISER_CHECK(value.is_object(), "{}: __metadata__ is a {}, expected an object", name,
                  value.type_name());
       for (const auto& [mkey, mvalue] : value.items()) {
-        ISER_CHECK(mvalue.is_string(), "{}: __metadata__.{} is a {}, expected a string", name,
-                   mkey, mvalue.type_name());
+        ISER_CHECK(mvalue.is_string(), "{}: __metadata__.{} is a {}, expected a string", name, mkey,
+                   mvalue.type_name());
         view.metadata[mkey] = mvalue.get<std::string>();
       }
       continue;
@@ -222,16 +241,21 @@ std::string serialize_safetensors(const std::map<std::string, std::string>& meta
                t.name, elements, t.values.size());
     const size_t begin = data.size();
     switch (t.dtype) {
-      case DType::kI16: store_narrowed<int16_t>(t, data); break;
-      case DType::kI32: store_narrowed<int32_t>(t, data); break;
-      case DType::kI64: store_narrowed<int64_t>(t, data); break;
+      case DType::kI16:
+        store_narrowed<int16_t>(t, data);
+        break;
+      case DType::kI32:
+        store_narrowed<int32_t>(t, data);
+        break;
+      case DType::kI64:
+        store_narrowed<int64_t>(t, data);
+        break;
       default:
         throw Error(fmt::format("tensor '{}': writer supports I16/I32/I64, not {}", t.name,
                                 dtype_name(t.dtype)));
     }
-    header[t.name] = {{"dtype", dtype_name(t.dtype)},
-                      {"shape", t.shape},
-                      {"data_offsets", {begin, data.size()}}};
+    header[t.name] = {
+        {"dtype", dtype_name(t.dtype)}, {"shape", t.shape}, {"data_offsets", {begin, data.size()}}};
   }
   std::string text = header.dump();
   text.append((8 - text.size() % 8) % 8, ' ');  // keeps the data section 8-byte aligned

@@ -8,10 +8,9 @@ namespace iser::trace {
 
 ExpertSampler::ExpertSampler(std::span<const int64_t> weights, int top_k)
     : top_k_(top_k), weights_(weights.begin(), weights.end()) {
-  ISER_CHECK(top_k >= 1 && top_k <= kMaxTopK, "top_k = {} out of range [1, {}]", top_k,
-             kMaxTopK);
-  ISER_CHECK(!weights.empty() && weights.size() <= (1u << 20), "sampler needs 1..2^20 experts, got {}",
-             weights.size());
+  ISER_CHECK(top_k >= 1 && top_k <= kMaxTopK, "top_k = {} out of range [1, {}]", top_k, kMaxTopK);
+  ISER_CHECK(!weights.empty() && weights.size() <= (1u << 20),
+             "sampler needs 1..2^20 experts, got {}", weights.size());
   const auto num_experts = static_cast<uint64_t>(weights.size());
   const uint64_t limit = (uint64_t{1} << 62) / num_experts;
   int nonzero = 0;

@@ -162,7 +162,8 @@ class IterationCountsSource final : public RoutingSource {
     const auto E = static_cast<size_t>(data_.metadata.num_experts);
     const auto P = static_cast<size_t>(data_.num_ranks);
     const size_t base = (static_cast<size_t>(iteration_idx) * data_.metadata.num_layers +
-                         static_cast<size_t>(layer_idx)) * P * E;
+                         static_cast<size_t>(layer_idx)) *
+                        P * E;
     CountMatrix m(data_.num_ranks, data_.metadata.num_experts);
     for (size_t i = 0; i < P * E; ++i) {
       const int64_t v = data_.iteration_counts[base + i];
@@ -176,7 +177,8 @@ class IterationCountsSource final : public RoutingSource {
     const auto E = static_cast<size_t>(data_.metadata.num_experts);
     const auto P = static_cast<size_t>(std::max(data_.num_ranks, 1));
     const size_t base = (static_cast<size_t>(iteration_idx) * data_.metadata.num_layers +
-                         static_cast<size_t>(layer_idx)) * P * E;
+                         static_cast<size_t>(layer_idx)) *
+                        P * E;
     std::vector<int64_t> hist(E, 0);
     for (size_t r = 0; r < P; ++r) {
       for (size_t e = 0; e < E; ++e) hist[e] += data_.iteration_counts[base + r * E + e];
@@ -212,8 +214,8 @@ CountMatrix sample_invocation_counts(const ExpertSampler& sampler, uint64_t seed
 
 // Rank r's routes laid out expert by expert, route q going to token q mod T_r, choice q div T_r:
 // an expert's routes are consecutive, so they land on distinct tokens when its count <= T_r.
-std::vector<int32_t> tokens_from_counts(const CountMatrix& counts, int tokens_per_rank,
-                                        int top_k, std::string_view what) {
+std::vector<int32_t> tokens_from_counts(const CountMatrix& counts, int tokens_per_rank, int top_k,
+                                        std::string_view what) {
   const int P = counts.num_ranks();
   std::vector<int32_t> ids(static_cast<size_t>(P) * tokens_per_rank * top_k, -1);
   for (int r = 0; r < P; ++r) {
@@ -254,8 +256,9 @@ std::unique_ptr<RoutingSource> make_routing_source(TraceData data, const TraceOp
       }
       TraceMetadata meta = data.metadata;
       if (!data.categories[c].empty()) {
-        meta.dataset = meta.dataset.empty() ? data.categories[c]
-                                            : fmt::format("{}/{}", meta.dataset, data.categories[c]);
+        meta.dataset = meta.dataset.empty()
+                           ? data.categories[c]
+                           : fmt::format("{}/{}", meta.dataset, data.categories[c]);
       }
       return std::make_unique<trace::HistogramSource>(std::move(meta), data.histograms[c],
                                                       options.seed);

@@ -6,8 +6,8 @@
 #include <cmath>
 #include <numbers>
 
-#include "iser/error.h"
 #include "common.h"
+#include "iser/error.h"
 #include "sampler.h"
 #include "sources.h"
 
@@ -54,8 +54,8 @@ TraceMetadata synthetic_metadata(const SyntheticOptions& o, std::string dataset)
   TraceMetadata m;
   m.model = "synthetic";
   m.dataset = std::move(dataset);
-  m.source = fmt::format("synthetic:{} (E = {}, k = {}, L = {}, seed = {})", o.kind,
-                         o.num_experts, o.top_k, o.num_layers, o.seed);
+  m.source = fmt::format("synthetic:{} (E = {}, k = {}, L = {}, seed = {})", o.kind, o.num_experts,
+                         o.top_k, o.num_layers, o.seed);
   m.num_experts = o.num_experts;
   m.top_k = o.top_k;
   m.num_layers = o.num_layers;
@@ -80,8 +80,8 @@ double power_law_rank_imbalance(const SyntheticOptions& options, double alpha) {
   ISER_CHECK(P >= 1 && options.num_experts % P == 0,
              "synthetic: rank_imbalance_ep = {} must divide num_experts = {}", P,
              options.num_experts);
-  const auto hist = power_law_histograms(options.num_layers, options.num_experts, alpha,
-                                         options.seed);
+  const auto hist =
+      power_law_histograms(options.num_layers, options.num_experts, alpha, options.seed);
   const auto E = static_cast<size_t>(options.num_experts);
   double sum = 0;
   std::vector<int32_t> counts(E);
@@ -144,8 +144,8 @@ std::unique_ptr<RoutingSource> make_synthetic(const SyntheticOptions& options) {
                                  *options.rank_imbalance, options.rank_imbalance_ep)
                    : fmt::format("power-law(alpha={})", alpha));
   data.categories.emplace_back();
-  data.histograms.push_back(trace::power_law_histograms(options.num_layers, options.num_experts,
-                                                        alpha, options.seed));
+  data.histograms.push_back(
+      trace::power_law_histograms(options.num_layers, options.num_experts, alpha, options.seed));
   TraceOptions trace_options;
   trace_options.seed = options.seed;
   return make_routing_source(std::move(data), trace_options);

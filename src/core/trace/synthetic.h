@@ -22,14 +22,14 @@ double power_law_rank_imbalance(const SyntheticOptions& options, double alpha);
 // The `mixed` generator's knobs (defaults are the calibrated ones, docs/data.md).
 struct MixedParams {
   int num_workloads = 6;
-  double base_alpha = 0.9;      // Zipf exponent of the layer's shared popularity
-  double workload_alpha = 1.1;  // Zipf exponent of a workload's own hot set
-  double workload_share = 0.5;  // weight of the workload's own distribution (beta)
-  double head_offset = 0;       // Zipf-Mandelbrot offset q: weight of rank i = (i + 1 + q)^-alpha
-  double cutoff = 1e9;          // exponential tail cutoff: weight of rank i *= exp(-i / cutoff)
-  double drift_amplitude = 1.0; // mixture logits swing +-A over a period
+  double base_alpha = 0.95;      // Zipf exponent of the layer's shared popularity
+  double workload_alpha = 1.3;   // Zipf exponent of a workload's own hot set
+  double workload_share = 0.4;   // weight of the workload's own distribution (beta)
+  double head_offset = 0.5;      // Zipf-Mandelbrot offset q: weight of rank i = (i + 1 + q)^-alpha
+  double cutoff = 1e9;           // exponential tail cutoff: weight of rank i *= exp(-i / cutoff)
+  double drift_amplitude = 1.0;  // mixture logits swing +-A over a period
   int64_t drift_period = int64_t{1} << 24;  // tokens
-  int min_request = 128;        // request lengths, uniform in [min, max] tokens
+  int min_request = 128;                    // request lengths, uniform in [min, max] tokens
   int max_request = 1024;
 };
 std::unique_ptr<RoutingSource> make_mixed(const SyntheticOptions& options,

@@ -1,0 +1,249 @@
+// The `iser` policy's placement (issue 10): HALO-Q's multicast constraints with room-aware
+// choices. Deterministic int32 logic only, so the GPU planner can run it.
+//
+// Kept from HALO-Q (what multicast needs): aligned groups; a broadcast is admitted only if every
+// member has a free helper slot (so the coarse-to-fine coloring never fails); every byte of an
+// expert leaves its owner once per broadcast; at most S broadcasts per owner per invocation;
+// owners are served busiest first (ties: lowest rank); members take routes coldest first, each
+// up to T.
+//
+// Changed (each addresses a stall of the reference under heavy skew):
+//  1. Candidates: the owner's home expert with the largest *share still computed by the owner*
+//     (hist minus what earlier broadcasts moved; ties: smaller id), over all H home experts, not
+//     a fixed top-min(S, H) list. A very hot expert can therefore be exported again, to a group
+//     disjoint from its earlier groups (the owner sends it once per broadcast; still <= S).
+//  2. Level: no need-based starting level. For every level, the eligible group with the most
+//     room (ties: lowest first rank) absorbs a = min(room, give); among levels, the finest one
+//     whose a reaches 7/8 of the best a is taken. The 1/8 slack prices slots: a coarser group
+//     costs a helper slot on every member, so it must absorb clearly more.
+//  3. A candidate for which no group has room is marked spent (the owner tries its next one)
+//     instead of freezing the owner; the owner freezes when it has no candidate or no export
+//     left.
+// Quota bookkeeping for an expert broadcast k times: the owner's remaining share sits in the
+// latest broadcast of that expert (earlier ones then hold 0 for the owner); members of each
+// broadcast hold what they took. Σ quotas = hist[e] per expert.
+#include <algorithm>
+
+#include "iser/error.h"
+#include "iser/planner.h"
+#include "planner/placement_common.h"
+
+namespace iser {
+namespace {
+
+struct Choice {
+  int level = -1;
+  int begin = 0;
+  int32_t room = 0;
+};
+
+// True if [begin, begin + size) meets a group of an earlier broadcast of `expert`.
+bool overlaps_earlier(const Plan& plan, size_t num_broadcasts, int32_t expert, int begin,
+                      int size) {
+  for (size_t i = 0; i < num_broadcasts; ++i) {
+    const Broadcast& b = plan.broadcasts[i];
+    if (b.expert == expert && begin < b.group_begin + b.group_size &&
+        b.group_begin < begin + size) {
+      return true;
+    }
+  }
+  return false;
+}
+
+// The eligible group of `level` that absorbs the most of `give` (min(room, give)); ties: fewer
+// cold members (each burns a scarce receiving slot), then the lowest first rank. Groups meeting
+// an earlier group of the same expert are skipped.
+Choice best_group_at(const Topology& topo, int level, int owner, int32_t target, int32_t give,
+                     const std::vector<int32_t>& loads, const PlannerWorkspace& ws,
+                     const Plan& plan, size_t num_broadcasts, int32_t expert, bool exported) {
+  const int size = topo.group_size(level);
+  const int S = topo.num_slots;
+  Choice best{level, 0, -1};
+  int32_t best_absorbed = 0;
+  int best_cold = 0;
+  for (int begin = 0; begin < topo.num_ranks; begin += size) {
+    int32_t room = 0;
+    int cold = 0;
+    bool eligible = true;
+    for (int m = begin; m < begin + size; ++m) {
+      if (ws.recv_used[m] >= S) {
+        eligible = false;
+        break;
+      }
+      if (m != owner && loads[m] < target) {
+        room += target - loads[m];
+        ++cold;
+      }
+    }
+    if (!eligible || room <= 0) continue;
+    const int32_t absorbed = std::min(room, give);
+    if (absorbed < best_absorbed || (absorbed == best_absorbed && cold >= best_cold)) continue;
+    if (exported && overlaps_earlier(plan, num_broadcasts, expert, begin, size)) continue;
+    best = {level, begin, room};
+    best_absorbed = absorbed;
+    best_cold = cold;
+  }
+  return best;
+}
+
+}  // namespace
+
+void place_iser(const Topology& topo, const CountMatrix& counts, const HaloQOptions& options,
+                PlannerWorkspace& ws, Plan& plan) {
+  const int32_t T = prepare_loads(topo, counts, ws, plan);
+  const int P = topo.num_ranks;
+  const int H = topo.experts_per_rank();
+  const int S = topo.num_slots;
+  std::vector<int32_t>& L = plan.loads;
+
+  // share[e]: routes of e the owner still computes; spent[e]: no group had room for e.
+  std::vector<int32_t>& share = ws.candidates;
+  share.assign(ws.hist.begin(), ws.hist.end());
+  std::vector<int32_t>& latest = ws.order;  // latest broadcast of each expert, -1 = none
+  latest.assign(topo.num_experts, -1);
+  ws.recv_used.assign(P, 0);
+  ws.send_used.assign(P, 0);
+  ws.frozen.assign(P, 0);
+  ws.next_candidate.assign(topo.num_experts, 0);  // spent flags per expert
+  ws.members.resize(P);
+
+  size_t num_broadcasts = 0;
+  const int num_levels = topo.num_levels();
+  const int64_t max_passes = static_cast<int64_t>(P) * (H + S + 1) + 1;
+  for (int64_t pass = 0; pass < max_passes; ++pass) {
+    int o = -1;
+    for (int r = 0; r < P; ++r) {
+      if (!ws.frozen[r] && L[r] > T && (o < 0 || L[r] > L[o])) o = r;
+    }
+    if (o < 0) break;
+    if (ws.send_used[o] >= S) {
+      ws.frozen[o] = 1;
+      continue;
+    }
+    int e = -1;
+    for (int x = o * H; x < (o + 1) * H; ++x) {
+      if (!ws.next_candidate[x] && share[x] > 0 && (e < 0 || share[x] > share[e])) e = x;
+    }
+    if (e < 0) {
+      ws.frozen[o] = 1;
+      continue;
+    }
+    const int32_t give = std::min(L[o] - T, share[e]);
+
+    // Level choice: the finest level absorbing >= 7/8 of the best absorbable amount.
+    Choice per_level[32];
+    int32_t best_absorbed = 0;
+    for (int level = 0; level < num_levels; ++level) {
+      per_level[level] =
+          best_group_at(topo, level, o, T, give, L, ws, plan, num_broadcasts, e, latest[e] >= 0);
+      best_absorbed = std::max(best_absorbed, std::min(per_level[level].room, give));
+    }
+    if (best_absorbed <= 0) {
+      ws.next_candidate[e] = 1;
+      continue;
+    }
+    Choice g;
+    for (int level = num_levels - 1; level >= 0; --level) {
+      const int32_t absorbed = std::min(per_level[level].room, give);
+      if (absorbed > 0 && int64_t{absorbed} * 8 >= int64_t{best_absorbed} * 7) {
+        g = per_level[level];
+        break;
+      }
+    }
+
+    const int size = topo.group_size(g.level);
+    int num_members = 0;
+    for (int m = g.begin; m < g.begin + size; ++m) {
+      if (m != o) ws.members[num_members++] = m;
+    }
+    std::sort(ws.members.begin(), ws.members.begin() + num_members,
+              [&](int32_t a, int32_t b) { return L[a] != L[b] ? L[a] < L[b] : a < b; });
+    if (plan.broadcasts.size() <= num_broadcasts) plan.broadcasts.emplace_back();
+    Broadcast& b = plan.broadcasts[num_broadcasts];
+    b.quota.assign(P, 0);
+    int32_t remaining = give;
+    for (int i = 0; i < num_members && remaining > 0; ++i) {
+      const int32_t m = ws.members[i];
+      if (L[m] >= T) break;
+      const int32_t take = std::min(T - L[m], remaining);
+      b.quota[m] = take;
+      remaining -= take;
+    }
+    const int32_t moved = give - remaining;
+    if (moved < std::max(options.min_move, 1)) {
+      ws.next_candidate[e] = 1;
+      continue;
+    }
+    b.expert = e;
+    b.owner = o;
+    b.level = g.level;
+    b.group_begin = g.begin;
+    b.group_size = size;
+    b.helper = 0;
+    b.mode = TransportMode::kOwnerDirect;
+    b.resident = false;
+    share[e] -= moved;
+    if (latest[e] >= 0) plan.broadcasts[latest[e]].quota[o] = 0;
+    b.quota[o] = share[e];
+    latest[e] = static_cast<int32_t>(num_broadcasts);
+    for (int m = g.begin; m < g.begin + size; ++m) {
+      ++ws.recv_used[m];
+      if (m != o) L[m] += b.quota[m];
+    }
+    ++ws.send_used[o];
+    L[o] -= moved;
+    ++num_broadcasts;
+  }
+  plan.broadcasts.resize(num_broadcasts);
+}
+
+namespace {
+
+int32_t max_load(const Plan& plan) {
+  int32_t m = 0;
+  for (const int32_t l : plan.loads) m = std::max(m, l);
+  return m;
+}
+
+int32_t remote_copies(const Plan& plan) {
+  int32_t n = 0;
+  for (const Broadcast& b : plan.broadcasts) n += b.remote_copies();
+  return n;
+}
+
+}  // namespace
+
+void plan_iser(const Topology& topo, const CountMatrix& counts, const HaloQOptions& options,
+               PlannerWorkspace& ws, Plan& plan) {
+  // Two placements, the better one kept: the room-aware placement above and HALO-Q's own
+  // (which wins on some mild workloads, where its need-based levels spread hot experts wider).
+  // Better = lower max load; ties: fewer remote copies; ties: the room-aware one. Both are
+  // deterministic, so the choice is too; iser is never worse than halo-q in max load.
+  place_iser(topo, counts, options, ws, plan);
+  HaloQOptions reference = options;
+  reference.absorb = false;
+  reference.owner_in_group = false;
+  place_broadcasts(topo, counts, reference, ws, ws.alternative);
+  const int32_t max_iser = max_load(plan);
+  const int32_t max_ref = max_load(ws.alternative);
+  if (max_ref < max_iser ||
+      (max_ref == max_iser && remote_copies(ws.alternative) < remote_copies(plan))) {
+    std::swap(plan.broadcasts, ws.alternative.broadcasts);
+    std::swap(plan.loads, ws.alternative.loads);
+  }
+  // The owner serves its quota from its home slot: with an expert in two groups the owner may
+  // be a member of one, and the home slot needs no READY wait.
+  plan.owner_uses_home_slot = true;
+  color_slots(topo, plan, ws, options.previous);
+  repair_quotas(topo, counts, plan, ws);
+  assign_transport(topo, plan);
+}
+
+Plan plan_iser(const Topology& topo, const CountMatrix& counts, const HaloQOptions& options) {
+  PlannerWorkspace ws;
+  Plan plan;
+  plan_iser(topo, counts, options, ws, plan);
+  return plan;
+}
+
+}  // namespace iser

@@ -1,0 +1,18 @@
+// Internal to the planner: the part of placement shared by HALO-Q and iser.
+#pragma once
+
+#include <cstdint>
+
+#include "iser/counts.h"
+#include "iser/plan.h"
+#include "iser/planner.h"
+#include "iser/topology.h"
+
+namespace iser {
+
+// Checks the counts (shape, no negative count, total <= kMaxPlannerRoutes), then writes ws.hist,
+// plan.{num_ranks, num_experts, num_slots, target, loads = home loads}; returns T.
+int32_t prepare_loads(const Topology& topo, const CountMatrix& counts, PlannerWorkspace& ws,
+                      Plan& plan);
+
+}  // namespace iser
