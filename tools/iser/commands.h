@@ -7,4 +7,8 @@ namespace iser::cli {
 
 // (subcommands are added here as they land)
 
+#if defined(ISER_WITH_CUDA)
+void add_bench_command(CLI::App& app);  // GPU benchmarks (cmd_bench.cpp)
+#endif
+
 }  // namespace iser::cli

@@ -11,6 +11,9 @@ int main(int argc, char** argv) {
   CLI::App app{"iser: plan, measure and model per-invocation expert replication (ISER-MoE)"};
   app.require_subcommand(1);
   app.set_version_flag("--version", "iser 0.1.0");
+#if defined(ISER_WITH_CUDA)
+  iser::cli::add_bench_command(app);
+#endif
   try {
     app.parse(argc, argv);
   } catch (const CLI::ParseError& e) {

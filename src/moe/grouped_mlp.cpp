@@ -1,0 +1,254 @@
+// Grouped gated MLP (include/iser/moe.h): two cuBLAS grouped GEMMs around one SiLU-multiply.
+//
+// Layout: cuBLAS is column-major, the activations are row-major [rows, features]. A row-major
+// [rows, F] matrix is a column-major [F, rows] one, so per group
+//   h13^T [2I, m] = (W13 [2I, He])^T-view  ·  x^T [He, m]   ->  gemm(T, N, 2I, m, He)
+//   y^T  [He, m]  = (W2  [He, I])^T-view   ·  act^T [I, m]  ->  gemm(T, N, He, m, I)
+// with lda = K (weights are row-major [N, K]), ldb = K, ldc = N.
+#include <cublas_v2.h>
+#include <cuda_runtime.h>
+
+#include <algorithm>
+#include <vector>
+
+#include "cuda/moe_kernels.h"
+#include "iser/error.h"
+#include "iser/moe.h"
+#include "moe/device_buffer.h"
+
+#define ISER_CUBLAS_CHECK(expr)                                                           \
+  do {                                                                                    \
+    const cublasStatus_t iser_cb_ = (expr);                                               \
+    if (iser_cb_ != CUBLAS_STATUS_SUCCESS) [[unlikely]] {                                 \
+      throw ::iser::Error(::fmt::format("cuBLAS error {} in {} at {}:{}",                 \
+                                        cublasGetStatusString(iser_cb_), #expr, __FILE__, \
+                                        __LINE__));                                       \
+    }                                                                                     \
+  } while (0)
+
+namespace iser::moe {
+
+void ExpertShape::check() const {
+  ISER_CHECK(hidden > 0 && hidden % 8 == 0,
+             "expert shape: hidden = {} must be a positive "
+             "multiple of 8",
+             hidden);
+  ISER_CHECK(intermediate > 0 && intermediate % 8 == 0,
+             "expert shape: intermediate = {} must be a positive multiple of 8", intermediate);
+}
+
+// ---- ExpertBank --------------------------------------------------------------------------------
+
+struct ExpertBank::Impl {
+  ExpertShape shape;
+  int num_slots = 0;
+  DeviceBuffer w13;
+  DeviceBuffer w2;
+};
+
+ExpertBank::ExpertBank(ExpertShape shape, int num_slots) : impl_(std::make_unique<Impl>()) {
+  shape.check();
+  ISER_CHECK(num_slots > 0, "expert bank: num_slots = {} must be positive", num_slots);
+  impl_->shape = shape;
+  impl_->num_slots = num_slots;
+  impl_->w13 = DeviceBuffer(static_cast<size_t>(num_slots) * shape.w13_elems() * 2);
+  impl_->w2 = DeviceBuffer(static_cast<size_t>(num_slots) * shape.w2_elems() * 2);
+}
+ExpertBank::~ExpertBank() = default;
+ExpertBank::ExpertBank(ExpertBank&&) noexcept = default;
+ExpertBank& ExpertBank::operator=(ExpertBank&&) noexcept = default;
+
+const ExpertShape& ExpertBank::shape() const {
+  return impl_->shape;
+}
+int ExpertBank::num_slots() const {
+  return impl_->num_slots;
+}
+
+void* ExpertBank::w13(int slot_idx) {
+  ISER_CHECK(slot_idx >= 0 && slot_idx < impl_->num_slots, "expert bank: slot {} outside [0, {})",
+             slot_idx, impl_->num_slots);
+  return impl_->w13.get<uint16_t>() + slot_idx * impl_->shape.w13_elems();
+}
+void* ExpertBank::w2(int slot_idx) {
+  ISER_CHECK(slot_idx >= 0 && slot_idx < impl_->num_slots, "expert bank: slot {} outside [0, {})",
+             slot_idx, impl_->num_slots);
+  return impl_->w2.get<uint16_t>() + slot_idx * impl_->shape.w2_elems();
+}
+SlotWeights ExpertBank::slot(int slot_idx) const {
+  auto* self = const_cast<ExpertBank*>(this);
+  return {self->w13(slot_idx), self->w2(slot_idx)};
+}
+
+void ExpertBank::fill_slot_random(int slot_idx, uint64_t seed, float scale, Stream stream) {
+  const uint64_t slot_seed = seed * 0x9e3779b97f4a7c15ull + static_cast<uint64_t>(slot_idx);
+  cuda::launch_fill_uniform(
+      {static_cast<uint16_t*>(w13(slot_idx)), impl_->shape.w13_elems(), slot_seed * 2, scale},
+      stream);
+  cuda::launch_fill_uniform(
+      {static_cast<uint16_t*>(w2(slot_idx)), impl_->shape.w2_elems(), slot_seed * 2 + 1, scale},
+      stream);
+}
+
+void ExpertBank::fill_random(uint64_t seed, float scale, Stream stream) {
+  for (int s = 0; s < impl_->num_slots; ++s) fill_slot_random(s, seed, scale, stream);
+}
+
+void ExpertBank::copy_slot_from(int dst_slot, const ExpertBank& src, int src_slot, Stream stream) {
+  const ExpertShape& a = impl_->shape;
+  const ExpertShape& b = src.shape();
+  ISER_CHECK(a.hidden == b.hidden && a.intermediate == b.intermediate,
+             "expert bank: copy between shapes {}x{} and {}x{}", a.hidden, a.intermediate, b.hidden,
+             b.intermediate);
+  const SlotWeights from = src.slot(src_slot);
+  ISER_CUDA_CHECK(cudaMemcpyAsync(w13(dst_slot), from.w13, a.w13_elems() * 2,
+                                  cudaMemcpyDeviceToDevice, stream));
+  ISER_CUDA_CHECK(
+      cudaMemcpyAsync(w2(dst_slot), from.w2, a.w2_elems() * 2, cudaMemcpyDeviceToDevice, stream));
+}
+
+// ---- GroupedMlp --------------------------------------------------------------------------------
+
+namespace {
+// cuBLAS workspace set explicitly so that capture never allocates (and split-K has room).
+constexpr size_t kCublasWorkspaceBytes = size_t{32} << 20;
+constexpr int kMaxGroups = cuda::GroupPointersConfig::kMaxGroups;
+}  // namespace
+
+struct GroupedMlp::Impl {
+  ExpertShape shape;
+  int num_slots = 0;
+  int64_t max_rows = 0;
+  cublasHandle_t handle = nullptr;
+  DeviceBuffer workspace;
+  DeviceBuffer h13;       // [max_rows, 2I]
+  DeviceBuffer act;       // [max_rows, I]
+  DeviceBuffer tables;    // w13 table [num_slots], w2 table [num_slots]
+  DeviceBuffer pointers;  // [6][kMaxGroups]
+  bool has_weights = false;
+
+  // Host arrays of the two grouped calls (resized once, refilled per run).
+  std::vector<cublasOperation_t> trans_a, trans_b;
+  std::vector<int> m1, m2, n, k1, k2, one;
+  std::vector<float> alpha, beta;
+
+  ~Impl() {
+    if (handle != nullptr) cublasDestroy(handle);
+  }
+};
+
+GroupedMlp::GroupedMlp(ExpertShape shape, int num_slots, int64_t max_rows)
+    : impl_(std::make_unique<Impl>()) {
+  shape.check();
+  ISER_CHECK(num_slots > 0 && num_slots <= kMaxGroups,
+             "grouped mlp: num_slots = {} outside [1, {}]", num_slots, kMaxGroups);
+  ISER_CHECK(max_rows > 0 && max_rows <= (int64_t{1} << 31) - 1,
+             "grouped mlp: max_rows = {} outside [1, 2^31)", max_rows);
+  Impl& s = *impl_;
+  s.shape = shape;
+  s.num_slots = num_slots;
+  s.max_rows = max_rows;
+  ISER_CUBLAS_CHECK(cublasCreate(&s.handle));
+  s.workspace = DeviceBuffer(kCublasWorkspaceBytes);
+  ISER_CUBLAS_CHECK(cublasSetWorkspace(s.handle, s.workspace.get(), s.workspace.bytes()));
+  s.h13 = DeviceBuffer(static_cast<size_t>(max_rows) * 2 * shape.intermediate * 2);
+  s.act = DeviceBuffer(static_cast<size_t>(max_rows) * shape.intermediate * 2);
+  s.tables = DeviceBuffer(static_cast<size_t>(2 * num_slots) * sizeof(void*));
+  s.pointers = DeviceBuffer(static_cast<size_t>(6 * kMaxGroups) * sizeof(void*));
+  s.trans_a.assign(num_slots, CUBLAS_OP_T);
+  s.trans_b.assign(num_slots, CUBLAS_OP_N);
+  s.m1.assign(num_slots, 2 * shape.intermediate);
+  s.m2.assign(num_slots, shape.hidden);
+  s.k1.assign(num_slots, shape.hidden);
+  s.k2.assign(num_slots, shape.intermediate);
+  s.n.assign(num_slots, 0);
+  s.one.assign(num_slots, 1);
+  s.alpha.assign(num_slots, 1.0f);
+  s.beta.assign(num_slots, 0.0f);
+}
+GroupedMlp::~GroupedMlp() = default;
+GroupedMlp::GroupedMlp(GroupedMlp&&) noexcept = default;
+GroupedMlp& GroupedMlp::operator=(GroupedMlp&&) noexcept = default;
+
+const ExpertShape& GroupedMlp::shape() const {
+  return impl_->shape;
+}
+int GroupedMlp::num_slots() const {
+  return impl_->num_slots;
+}
+int64_t GroupedMlp::max_rows() const {
+  return impl_->max_rows;
+}
+
+void GroupedMlp::set_weights(std::span<const SlotWeights> slots, Stream stream) {
+  Impl& s = *impl_;
+  ISER_CHECK(static_cast<int>(slots.size()) == s.num_slots,
+             "grouped mlp: {} slot weights given, {} slots", slots.size(), s.num_slots);
+  // Pageable source: cudaMemcpyAsync stages it before returning, so `table` may die here.
+  std::vector<const void*> table(2 * s.num_slots);
+  for (int i = 0; i < s.num_slots; ++i) {
+    ISER_CHECK(slots[i].w13 != nullptr && slots[i].w2 != nullptr,
+               "grouped mlp: slot {} has a null weight pointer", i);
+    table[i] = slots[i].w13;
+    table[s.num_slots + i] = slots[i].w2;
+  }
+  ISER_CUDA_CHECK(cudaMemcpyAsync(s.tables.get(), table.data(), table.size() * sizeof(void*),
+                                  cudaMemcpyHostToDevice, stream));
+  s.has_weights = true;
+}
+
+void GroupedMlp::run(const void* x, std::span<const int32_t> rows_per_slot, void* y,
+                     Stream stream) {
+  Impl& s = *impl_;
+  ISER_CHECK(s.has_weights, "grouped mlp: run() before set_weights()");
+  ISER_CHECK(static_cast<int>(rows_per_slot.size()) == s.num_slots,
+             "grouped mlp: rows_per_slot has {} entries, {} slots", rows_per_slot.size(),
+             s.num_slots);
+  cuda::GroupPointersParams params;
+  int64_t total_rows = 0;
+  for (int slot = 0; slot < s.num_slots; ++slot) {
+    const int32_t rows = rows_per_slot[slot];
+    ISER_CHECK(rows >= 0, "grouped mlp: rows_per_slot[{}] = {} is negative", slot, rows);
+    if (rows == 0) continue;
+    params.slot[params.num_groups] = slot;
+    params.row_begin[params.num_groups] = static_cast<int32_t>(total_rows);
+    s.n[params.num_groups] = rows;
+    ++params.num_groups;
+    total_rows += rows;
+    ISER_CHECK(total_rows <= s.max_rows, "grouped mlp: {}+ rows exceed max_rows = {}", total_rows,
+               s.max_rows);
+  }
+  if (params.num_groups == 0) return;
+
+  const auto** table = s.tables.get<const void*>();
+  params.w13_table = table;
+  params.w2_table = table + s.num_slots;
+  params.x = static_cast<const uint16_t*>(x);
+  params.h13 = s.h13.get<uint16_t>();
+  params.act = s.act.get<uint16_t>();
+  params.y = static_cast<uint16_t*>(y);
+  params.hidden = s.shape.hidden;
+  params.intermediate = s.shape.intermediate;
+  params.out = s.pointers.get<const void*>();
+  cuda::launch_group_pointers(params, stream);
+
+  const int groups = params.num_groups;
+  const void* const* ptr = s.pointers.get<const void*>();
+  ISER_CUBLAS_CHECK(cublasSetStream(s.handle, stream));
+  // GEMM 1: h13 = x · W13^T (gate and up in one pass).
+  ISER_CUBLAS_CHECK(cublasGemmGroupedBatchedEx(
+      s.handle, s.trans_a.data(), s.trans_b.data(), s.m1.data(), s.n.data(), s.k1.data(),
+      s.alpha.data(), ptr + 0 * kMaxGroups, CUDA_R_16BF, s.k1.data(), ptr + 1 * kMaxGroups,
+      CUDA_R_16BF, s.k1.data(), s.beta.data(), const_cast<void* const*>(ptr + 2 * kMaxGroups),
+      CUDA_R_16BF, s.m1.data(), groups, s.one.data(), CUBLAS_COMPUTE_32F));
+  cuda::launch_silu_mul(
+      {s.h13.get<uint16_t>(), s.act.get<uint16_t>(), total_rows, s.shape.intermediate}, stream);
+  // GEMM 2: y = act · W2^T.
+  ISER_CUBLAS_CHECK(cublasGemmGroupedBatchedEx(
+      s.handle, s.trans_a.data(), s.trans_b.data(), s.m2.data(), s.n.data(), s.k2.data(),
+      s.alpha.data(), ptr + 3 * kMaxGroups, CUDA_R_16BF, s.k2.data(), ptr + 4 * kMaxGroups,
+      CUDA_R_16BF, s.k2.data(), s.beta.data(), const_cast<void* const*>(ptr + 5 * kMaxGroups),
+      CUDA_R_16BF, s.m2.data(), groups, s.one.data(), CUBLAS_COMPUTE_32F));
+}
+
+}  // namespace iser::moe
