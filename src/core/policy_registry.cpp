@@ -19,6 +19,11 @@ const std::vector<PolicyEntry>& registry() {
   static const std::vector<PolicyEntry> entries = {
       {"none", make_none_policy},
       {"oracle", make_oracle_policy},
+      {"halo-q", make_halo_q_policy},
+      {"owner-home", make_owner_home_policy},
+      {"absorb", make_absorb_policy},
+      {"resident", make_resident_policy},
+      {"halo-q-owner-in", make_halo_q_owner_in_policy},
   };
   return entries;
 }
@@ -38,7 +43,8 @@ std::unique_ptr<Policy> make_policy(std::string_view name, const Topology& topo,
                                [&](const PolicyEntry& e) { return name == e.name; });
   if (it == entries.end()) {
     std::string known;
-    for (const auto& entry : entries) known += (known.empty() ? "" : ", ") + std::string(entry.name);
+    for (const auto& entry : entries)
+      known += (known.empty() ? "" : ", ") + std::string(entry.name);
     throw Error(fmt::format("unknown policy '{}' (known: {})", name, known));
   }
   return it->make(topo, options);

@@ -10,4 +10,12 @@ namespace iser {
 std::unique_ptr<Policy> make_none_policy(const Topology& topo, const PolicyOptions& options);
 std::unique_ptr<Policy> make_oracle_policy(const Topology& topo, const PolicyOptions& options);
 
+// HALO-Q family (policies/halo_q.cpp).
+std::unique_ptr<Policy> make_halo_q_policy(const Topology& topo, const PolicyOptions& options);
+std::unique_ptr<Policy> make_owner_home_policy(const Topology& topo, const PolicyOptions& options);
+std::unique_ptr<Policy> make_absorb_policy(const Topology& topo, const PolicyOptions& options);
+std::unique_ptr<Policy> make_resident_policy(const Topology& topo, const PolicyOptions& options);
+std::unique_ptr<Policy> make_halo_q_owner_in_policy(const Topology& topo,
+                                                    const PolicyOptions& options);
+
 }  // namespace iser

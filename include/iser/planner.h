@@ -1,0 +1,95 @@
+// HALO-Q reference planner (DESIGN §4) and its named variants (DESIGN §5).
+//
+// The planner is the bit-exact oracle of the GPU planner: int32 arithmetic, deterministic ties,
+// no hidden state (a previous plan, when a variant uses one, is an explicit argument). Each stage
+// is a separate function so that tests and the GPU port can check them one by one:
+//
+//   place_broadcasts  (§4.2)  loads, groups and quotas, in placement order
+//   color_slots       (§4.3)  helper index per broadcast (coarse to fine)
+//   repair_quotas     (§4.4)  circle-method trades that keep every load
+//   assign_transport  (§4.6)  owner-direct or SAMI per broadcast
+//
+// plan_halo_q runs them in that order. Plan order = placement order; Plan::loads are the loads
+// after placement (repair keeps them); quotas are the quotas after repair.
+#pragma once
+
+#include <cstdint>
+#include <vector>
+
+#include "iser/counts.h"
+#include "iser/plan.h"
+#include "iser/topology.h"
+
+namespace iser {
+
+// Largest total number of routes (Σ c) one invocation may carry: every intermediate of the
+// planner (room sums, T·P) then fits in int32, as on the GPU.
+inline constexpr int32_t kMaxPlannerRoutes = (int32_t{1} << 30) - 1;
+
+struct HaloQOptions {
+  // owner-home: an owner inside its group serves its quota from its home slot. The placement is
+  // unchanged (the multicast still writes the owner's helper slot, which it then leaves idle).
+  bool owner_home = false;
+  // absorb: a level finer than 0 is accepted only when its best group has room >= give; when no
+  // level does, the group with the most room seen (ties: the finer level) is taken if room > 0.
+  bool absorb = false;
+  // halo-q-owner-in: only the owner's own aligned group is a candidate at each level.
+  bool owner_in_group = false;
+  // Skip (do not commit) a replication that would move fewer routes than this, unless it would
+  // be resident (see `previous`); the owner's cursor has advanced, so it is not retried.
+  int32_t min_move = 0;
+  // resident: the previous invocation's plan of this layer. A broadcast whose expert, level and
+  // group equal a broadcast of `previous` reuses that helper index when it is free on the whole
+  // group at its turn of the coloring (Broadcast::resident = true: moves no bytes). Null: none.
+  const Plan* previous = nullptr;
+};
+
+// Reusable scratch memory of the planner: plan with the same workspace to avoid allocations in
+// a hot loop. Holds no state between calls that influences results.
+struct PlannerWorkspace {
+  std::vector<int32_t> hist;            // [E]
+  std::vector<int32_t> candidates;      // [P * C] top-C home experts per owner
+  std::vector<int32_t> recv_used;       // [P]
+  std::vector<int32_t> send_used;       // [P]
+  std::vector<int32_t> next_candidate;  // [P]
+  std::vector<uint8_t> frozen;          // [P]
+  std::vector<int32_t> members;         // [P] members of the chosen group, coldest first
+  std::vector<uint64_t> helper_mask;    // [P] helper indices in use (coloring)
+  std::vector<int32_t> order;           // [B] broadcasts by (expert, plan index)
+  std::vector<int32_t> host_begin;      // [P + 1] CSR of broadcasts hosted per rank (repair)
+  std::vector<int32_t> host_list;       // [Σ hosts]
+  std::vector<int32_t> shared;          // [B] broadcasts hosted by both ranks of a pair
+};
+
+// ---- stages ----------------------------------------------------------------------------------
+
+// §4.2 placement. Writes plan.{num_ranks, num_experts, num_slots, target, loads} and appends one
+// broadcast per placed expert (expert, owner, level, group, quotas; helper = 0, mode unset).
+// Throws iser::Error when counts do not match the topology, hold a negative count, or exceed
+// kMaxPlannerRoutes.
+void place_broadcasts(const Topology& topo, const CountMatrix& counts, const HaloQOptions& options,
+                      PlannerWorkspace& ws, Plan& plan);
+
+// §4.3 coloring: levels coarse to fine, plan order within a level, smallest helper index free
+// on every member. With `previous`, a broadcast matching a previous one (same expert, level and
+// group) first claims its previous index, per level before the others (see HaloQOptions).
+// Throws iser::Error (internal error) if a group has no common free index.
+void color_slots(const Topology& topo, Plan& plan, PlannerWorkspace& ws,
+                 const Plan* previous = nullptr);
+
+// §4.4 quota repair: two rounds of the circle method over P ranks (P odd: P + 1 seats with a
+// bye), each pair trading spare quota in both orders. Loads and quota sums are unchanged.
+void repair_quotas(const Topology& topo, const CountMatrix& counts, Plan& plan,
+                   PlannerWorkspace& ws);
+
+// §4.6 transport mode of every broadcast of an aligned plan.
+void assign_transport(const Topology& topo, Plan& plan);
+
+// ---- whole planner ---------------------------------------------------------------------------
+
+// The four stages in order into `plan` (cleared first; its vectors' memory is reused).
+void plan_halo_q(const Topology& topo, const CountMatrix& counts, const HaloQOptions& options,
+                 PlannerWorkspace& ws, Plan& plan);
+Plan plan_halo_q(const Topology& topo, const CountMatrix& counts, const HaloQOptions& options = {});
+
+}  // namespace iser

@@ -1,0 +1,249 @@
+// HALO-Q stage 2: placement (DESIGN §4.2).
+//
+// Interpretations of DESIGN (each marked "DESIGN:" below) are choices the GPU planner must make
+// the same way:
+//  - hist, loads, T and every sum are int32; the total number of routes is checked against
+//    kMaxPlannerRoutes so no intermediate overflows. ceil(a / b) is computed as a / b + (a % b
+//    != 0), never as (a + b - 1) / b.
+//  - "largest L above T" means L[o] > T strictly.
+//  - "wanted level = finest level whose group size >= need": level 0 (size P) always qualifies
+//    because mass <= Σ L <= P·T.
+//  - room(G) counts members other than the owner; the owner's own deficit never counts.
+//  - q[o] = mass − moved (DESIGN writes "q[o] = mass" before the members take their share).
+//  - "coldest first by L before this step": members sorted by (L, rank) ascending, with L as it
+//    was before this broadcast; members at or above T take nothing.
+//  - The pass budget P·(C + 2) counts every pass, including those that only freeze an owner.
+//  - A replication skipped by min_move (a variant) is not committed and does not freeze the
+//    owner: its cursor has already advanced.
+#include <algorithm>
+
+#include "iser/error.h"
+#include "iser/planner.h"
+
+namespace iser {
+namespace {
+
+int32_t ceil_div(int32_t a, int32_t b) {
+  return a / b + (a % b != 0 ? 1 : 0);
+}
+
+// The top-C home experts of every owner by hist, ties to the smaller expert id; C entries per
+// owner, in decreasing order.
+void select_candidates(const Topology& topo, int C, PlannerWorkspace& ws) {
+  const int P = topo.num_ranks;
+  const int H = topo.experts_per_rank();
+  ws.candidates.assign(static_cast<size_t>(P) * C, -1);
+  for (int o = 0; o < P; ++o) {
+    int32_t* top = ws.candidates.data() + static_cast<size_t>(o) * C;
+    int filled = 0;
+    for (int e = o * H; e < (o + 1) * H; ++e) {
+      const int32_t h = ws.hist[e];
+      // Insertion into the sorted prefix: strictly heavier moves ahead, so an equal hist keeps
+      // the earlier (smaller) expert first.
+      int pos = filled;
+      while (pos > 0 && ws.hist[top[pos - 1]] < h) --pos;
+      if (pos >= C) continue;
+      const int last = std::min(filled, C - 1);
+      for (int i = last; i > pos; --i) top[i] = top[i - 1];
+      top[pos] = e;
+      if (filled < C) ++filled;
+    }
+  }
+}
+
+struct GroupChoice {
+  int level = -1;
+  int begin = 0;
+  int32_t room = 0;
+};
+
+// Best eligible group at one level: every member (the owner too when it is one) has a free
+// helper slot; most room, ties to the lowest first rank. room = -1 when none is eligible.
+GroupChoice best_group(const Topology& topo, int level, int owner, int32_t target,
+                       const std::vector<int32_t>& loads, const HaloQOptions& options,
+                       const PlannerWorkspace& ws) {
+  const int size = topo.group_size(level);
+  const int S = topo.num_slots;
+  GroupChoice best{level, 0, -1};
+  int g_first = 0;
+  int g_last = topo.num_groups(level);
+  if (options.owner_in_group) {
+    g_first = topo.group_of(level, owner);
+    g_last = g_first + 1;
+  }
+  for (int g = g_first; g < g_last; ++g) {
+    const int begin = g * size;
+    int32_t room = 0;
+    bool eligible = true;
+    for (int m = begin; m < begin + size; ++m) {
+      if (ws.recv_used[m] >= S) {
+        eligible = false;
+        break;
+      }
+      if (m != owner && loads[m] < target) room += target - loads[m];
+    }
+    if (eligible && room > best.room) best = {level, begin, room};
+  }
+  return best;
+}
+
+// DESIGN: the level walk. Reference: from the wanted level toward 0, the first level whose best
+// group has room > 0. absorb: a level is accepted at once only if its room >= give; otherwise the
+// best fallback seen (most room; ties keep the finer level) is taken when no level absorbs give.
+GroupChoice choose_group(const Topology& topo, int wanted_level, int owner, int32_t target,
+                         int32_t give, const std::vector<int32_t>& loads,
+                         const HaloQOptions& options, const PlannerWorkspace& ws) {
+  GroupChoice fallback{-1, 0, 0};
+  for (int level = wanted_level; level >= 0; --level) {
+    const GroupChoice g = best_group(topo, level, owner, target, loads, options, ws);
+    if (g.room <= 0) continue;
+    if (!options.absorb || g.room >= give) return g;
+    if (g.room > fallback.room) fallback = g;
+  }
+  return fallback;
+}
+
+// A broadcast of `previous` with the same expert, level and group: its bytes are already there.
+bool resident_candidate(const HaloQOptions& options, int32_t expert, const GroupChoice& g,
+                        int32_t group_size) {
+  if (options.previous == nullptr) return false;
+  for (const Broadcast& b : options.previous->broadcasts) {
+    if (b.expert == expert && b.level == g.level && b.group_begin == g.begin &&
+        b.group_size == group_size) {
+      return true;
+    }
+  }
+  return false;
+}
+
+}  // namespace
+
+void place_broadcasts(const Topology& topo, const CountMatrix& counts, const HaloQOptions& options,
+                      PlannerWorkspace& ws, Plan& plan) {
+  const int P = topo.num_ranks;
+  const int E = topo.num_experts;
+  const int H = topo.experts_per_rank();
+  const int S = topo.num_slots;
+  const int C = topo.max_exports_per_owner();
+  ISER_CHECK(counts.num_ranks() == P && counts.num_experts() == E,
+             "count matrix {} x {} does not match topology P = {}, E = {}", counts.num_ranks(),
+             counts.num_experts(), P, E);
+
+  // hist and home loads, checked so that every later int32 sum fits.
+  ws.hist.assign(E, 0);
+  int64_t total = 0;
+  for (int s = 0; s < P; ++s) {
+    const auto row = counts.row(s);
+    for (int e = 0; e < E; ++e) {
+      ISER_CHECK(row[e] >= 0, "negative count c[{}][{}] = {}", s, e, row[e]);
+      total += row[e];
+      ISER_CHECK(total <= kMaxPlannerRoutes,
+                 "count matrix holds more than {} routes (planner limit) at c[{}][{}]",
+                 kMaxPlannerRoutes, s, e);
+      ws.hist[e] += row[e];
+    }
+  }
+  plan.num_ranks = P;
+  plan.num_experts = E;
+  plan.num_slots = S;
+  std::vector<int32_t>& L = plan.loads;
+  L.assign(P, 0);
+  for (int e = 0; e < E; ++e) L[e / H] += ws.hist[e];
+  const int32_t T = ceil_div(static_cast<int32_t>(total), P);
+  plan.target = T;
+
+  select_candidates(topo, C, ws);
+  ws.recv_used.assign(P, 0);
+  ws.send_used.assign(P, 0);
+  ws.next_candidate.assign(P, 0);
+  ws.frozen.assign(P, 0);
+  ws.members.resize(P);
+
+  // Reuse the broadcasts' quota vectors across calls.
+  size_t num_broadcasts = 0;
+  const int finest_level = topo.num_levels() - 1;
+  const int64_t max_passes = static_cast<int64_t>(P) * (C + 2);
+  for (int64_t pass = 0; pass < max_passes; ++pass) {
+    int o = -1;
+    for (int r = 0; r < P; ++r) {
+      if (!ws.frozen[r] && L[r] > T && (o < 0 || L[r] > L[o])) o = r;
+    }
+    if (o < 0) break;
+    if (ws.send_used[o] >= S || ws.next_candidate[o] >= C) {
+      ws.frozen[o] = 1;
+      continue;
+    }
+    const int32_t e = ws.candidates[static_cast<size_t>(o) * C + ws.next_candidate[o]];
+    ++ws.next_candidate[o];  // the cursor advances even if this attempt fails
+    const int32_t mass = ws.hist[e];
+    if (mass == 0) {
+      ws.frozen[o] = 1;
+      continue;
+    }
+    const int32_t give = std::min(L[o] - T, mass);
+    if (give <= 0) {
+      ws.frozen[o] = 1;
+      continue;
+    }
+    const int32_t need = std::max(1, ceil_div(mass, std::max(T, 1)));
+    int wanted_level = 0;
+    for (int level = finest_level; level >= 0; --level) {
+      if (topo.group_size(level) >= need) {
+        wanted_level = level;
+        break;
+      }
+    }
+    const GroupChoice g = choose_group(topo, wanted_level, o, T, give, L, options, ws);
+    if (g.level < 0) {
+      ws.frozen[o] = 1;
+      continue;
+    }
+
+    // Members other than the owner, coldest first by the loads before this step.
+    const int size = topo.group_size(g.level);
+    int num_members = 0;
+    for (int m = g.begin; m < g.begin + size; ++m) {
+      if (m != o) ws.members[num_members++] = m;
+    }
+    std::sort(ws.members.begin(), ws.members.begin() + num_members,
+              [&](int32_t a, int32_t b) { return L[a] != L[b] ? L[a] < L[b] : a < b; });
+    int32_t remaining = give;
+    // Quotas are written straight into the next broadcast; it is committed only if it moves.
+    if (plan.broadcasts.size() <= num_broadcasts) plan.broadcasts.emplace_back();
+    Broadcast& b = plan.broadcasts[num_broadcasts];
+    b.quota.assign(P, 0);
+    for (int i = 0; i < num_members && remaining > 0; ++i) {
+      const int32_t m = ws.members[i];
+      if (L[m] >= T) break;  // sorted by load: every later member is at or above T too
+      const int32_t take = std::min(T - L[m], remaining);
+      b.quota[m] = take;
+      remaining -= take;
+    }
+    const int32_t moved = give - remaining;
+    if (moved <= 0) {
+      ws.frozen[o] = 1;
+      continue;
+    }
+    if (moved < options.min_move && !resident_candidate(options, e, g, size)) continue;
+
+    b.expert = e;
+    b.owner = o;
+    b.level = g.level;
+    b.group_begin = g.begin;
+    b.group_size = size;
+    b.helper = 0;
+    b.mode = TransportMode::kOwnerDirect;
+    b.resident = false;
+    b.quota[o] = mass - moved;
+    for (int m = g.begin; m < g.begin + size; ++m) {
+      ++ws.recv_used[m];
+      if (m != o) L[m] += b.quota[m];
+    }
+    ++ws.send_used[o];
+    L[o] -= moved;
+    ++num_broadcasts;
+  }
+  plan.broadcasts.resize(num_broadcasts);
+}
+
+}  // namespace iser

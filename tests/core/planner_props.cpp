@@ -1,0 +1,120 @@
+// Property tests of the HALO-Q family and the route rewrite (rapidcheck): every plan validates,
+// the rewrite conserves routes, flow loads equal plan loads, and token and flow rewrites agree.
+#include <gtest/gtest.h>
+#include <rapidcheck.h>
+#include <rapidcheck/gtest.h>
+
+#include <map>
+#include <tuple>
+
+#include "core/planner/synthetic_counts.h"
+#include "iser/metrics.h"
+#include "iser/planner.h"
+#include "iser/policy.h"
+#include "iser/rewrite.h"
+#include "iser/validator.h"
+#include "planner_test_util.h"
+
+namespace iser {
+namespace {
+
+struct Case {
+  Topology topo;
+  CountMatrix counts;
+};
+
+// Random P in 2..72, E a multiple of P up to 1024, S in 1..16, g_min in 1..6, skewed counts.
+rc::Gen<Case> gen_case() {
+  return rc::gen::exec([] {
+    const int P = *rc::gen::inRange(2, 73);
+    const int max_h = 1024 / P;
+    const int H = *rc::gen::inRange(1, max_h + 1);
+    const int S = *rc::gen::inRange(1, 17);
+    const int g_min = *rc::gen::inRange(1, 7);
+    const int max_count = *rc::gen::element(0, 1, 5, 100, 3000);
+    const uint64_t seed = *rc::gen::arbitrary<uint64_t>();
+    const Topology topo = Topology::make(P, P * H, S, g_min);
+    return Case{topo, testing::random_skewed_counts(P, P * H, max_count, seed)};
+  });
+}
+
+void check_rewrite(const Case& c, const Plan& plan) {
+  const auto flows = rewrite_flows(c.topo, c.counts, plan);
+  // Conservation: every (source, expert) sends exactly its routes.
+  CountMatrix sent(c.topo.num_ranks, c.topo.num_experts);
+  for (const RouteFlow& f : flows) {
+    RC_ASSERT(f.routes > 0);
+    sent.at(f.src_rank, f.expert) += f.routes;
+  }
+  RC_ASSERT(sent == c.counts);
+  const auto loads = loads_from_flows(c.topo.num_ranks, flows);
+  for (int r = 0; r < c.topo.num_ranks; ++r) RC_ASSERT(loads[r] == plan.loads[r]);
+  // Per (expert, destination) flow totals equal the combined quotas.
+  for (const Broadcast& b : plan.broadcasts) {
+    std::vector<int64_t> to(c.topo.num_ranks, 0);
+    for (const RouteFlow& f : flows) {
+      if (f.expert == b.expert) to[f.dst_rank] += f.routes;
+    }
+    for (int r = 0; r < c.topo.num_ranks; ++r) RC_ASSERT(to[r] == b.quota[r]);
+  }
+}
+
+RC_GTEST_PROP(PlannerProps, HaloQFamilyPlansValidateAndRewriteConserves, ()) {
+  const Case c = *gen_case();
+  HaloQOptions options;
+  options.owner_home = *rc::gen::arbitrary<bool>();
+  options.absorb = *rc::gen::arbitrary<bool>();
+  options.owner_in_group = *rc::gen::arbitrary<bool>();
+  options.min_move = *rc::gen::element(0, 0, 16, 256);
+  const Plan plan = plan_halo_q(c.topo, c.counts, options);
+  RC_CLASSIFY(plan.broadcasts.empty(), "no broadcast");
+  RC_CLASSIFY(plan.broadcasts.size() > 4, "more than 4 broadcasts");
+  ValidationOptions v;
+  v.unique_experts = true;
+  const auto violations = validate_plan(c.topo, c.counts, plan, v);
+  RC_ASSERT(violations.empty());
+  for (const Broadcast& b : plan.broadcasts) {
+    if (options.owner_in_group) RC_ASSERT(b.owner_in_group());
+    RC_ASSERT(b.mode != TransportMode::kPointToPoint);
+  }
+  check_rewrite(c, plan);
+}
+
+RC_GTEST_PROP(PlannerProps, TokenRewriteMatchesFlowRewrite, ()) {
+  // Small shapes: tokens are materialized from the counts.
+  const int P = *rc::gen::inRange(2, 17);
+  const int H = *rc::gen::inRange(1, 9);
+  const int S = *rc::gen::inRange(1, 5);
+  const int top_k = *rc::gen::inRange(1, 4);
+  const Topology topo = Topology::make(P, P * H, S);
+  const uint64_t seed = *rc::gen::arbitrary<uint64_t>();
+  const auto tokens = test_util::random_tokens(topo, /*tokens_per_rank=*/64, top_k, seed);
+  const CountMatrix counts = CountMatrix::from_topk(tokens, P, 64, top_k, P * H);
+  HaloQOptions options;
+  options.owner_home = *rc::gen::arbitrary<bool>();
+  const Plan plan = plan_halo_q(topo, counts, options);
+  RC_CLASSIFY(plan.broadcasts.empty(), "no broadcast");
+  const std::string mismatch =
+      test_util::tokens_vs_flows_mismatch(topo, counts, plan, tokens, 64, top_k);
+  if (!mismatch.empty()) RC_FAIL(mismatch);
+}
+
+RC_GTEST_PROP(PlannerProps, ResidentPolicyValidatesOverIterations, ()) {
+  const Case c = *gen_case();
+  PolicyOptions po;
+  po.min_move = *rc::gen::element(0, 256);
+  auto policy = make_policy("resident", c.topo, po);
+  for (int it = 0; it < 3; ++it) {
+    const CountMatrix counts =
+        it == 0 ? c.counts
+                : testing::random_skewed_counts(c.topo.num_ranks, c.topo.num_experts, 1000,
+                                                static_cast<uint64_t>(it) * 7 + 3);
+    const auto result = policy->plan(counts);
+    RC_ASSERT(validate_plan(c.topo, counts, result.plan, policy->validation()).empty());
+    const auto loads = loads_from_flows(c.topo.num_ranks, result.flows);
+    for (int r = 0; r < c.topo.num_ranks; ++r) RC_ASSERT(loads[r] == result.plan.loads[r]);
+  }
+}
+
+}  // namespace
+}  // namespace iser
