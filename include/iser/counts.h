@@ -27,7 +27,7 @@ class CountMatrix {
   std::span<const int32_t> data() const { return data_; }
   std::span<int32_t> data() { return data_; }
 
-  std::vector<int64_t> histogram() const;                     // hist[e] = sum_s c[s][e]
+  std::vector<int64_t> histogram() const;                       // hist[e] = sum_s c[s][e]
   std::vector<int64_t> home_loads(const Topology& topo) const;  // L[r] without balancing
   int64_t total() const;
 

@@ -18,53 +18,52 @@ class Error : public std::runtime_error {
 }  // namespace iser
 
 // ISER_CHECK(cond, "fmt {}", args...): throws iser::Error with the formatted message.
-#define ISER_CHECK(cond, ...)                                             \
-  do {                                                                    \
-    if (!(cond)) [[unlikely]] {                                           \
-      throw ::iser::Error(::fmt::format(__VA_ARGS__));                    \
-    }                                                                     \
+#define ISER_CHECK(cond, ...)                          \
+  do {                                                 \
+    if (!(cond)) [[unlikely]] {                        \
+      throw ::iser::Error(::fmt::format(__VA_ARGS__)); \
+    }                                                  \
   } while (0)
 
 // Usable wherever <cuda_runtime.h> / <nccl.h> is included; macros expand lazily.
-#define ISER_CUDA_CHECK(expr)                                                                  \
-  do {                                                                                         \
-    const cudaError_t iser_err_ = (expr);                                                      \
-    if (iser_err_ != cudaSuccess) [[unlikely]] {                                               \
-      throw ::iser::Error(::fmt::format("CUDA error {} ({}) in {} at {}:{}",                   \
-                                        cudaGetErrorName(iser_err_),                           \
-                                        cudaGetErrorString(iser_err_), #expr, __FILE__,        \
-                                        __LINE__));                                            \
-    }                                                                                          \
+#define ISER_CUDA_CHECK(expr)                                                             \
+  do {                                                                                    \
+    const cudaError_t iser_err_ = (expr);                                                 \
+    if (iser_err_ != cudaSuccess) [[unlikely]] {                                          \
+      throw ::iser::Error(                                                                \
+          ::fmt::format("CUDA error {} ({}) in {} at {}:{}", cudaGetErrorName(iser_err_), \
+                        cudaGetErrorString(iser_err_), #expr, __FILE__, __LINE__));       \
+    }                                                                                     \
   } while (0)
 
-#define ISER_CU_CHECK(expr)                                                                    \
-  do {                                                                                         \
-    const CUresult iser_res_ = (expr);                                                         \
-    if (iser_res_ != CUDA_SUCCESS) [[unlikely]] {                                              \
-      const char* iser_name_ = nullptr;                                                        \
-      cuGetErrorName(iser_res_, &iser_name_);                                                  \
-      throw ::iser::Error(::fmt::format("CUDA driver error {} in {} at {}:{}",                 \
-                                        iser_name_ ? iser_name_ : "?", #expr, __FILE__,        \
-                                        __LINE__));                                            \
-    }                                                                                          \
+#define ISER_CU_CHECK(expr)                                                             \
+  do {                                                                                  \
+    const CUresult iser_res_ = (expr);                                                  \
+    if (iser_res_ != CUDA_SUCCESS) [[unlikely]] {                                       \
+      const char* iser_name_ = nullptr;                                                 \
+      cuGetErrorName(iser_res_, &iser_name_);                                           \
+      throw ::iser::Error(::fmt::format("CUDA driver error {} in {} at {}:{}",          \
+                                        iser_name_ ? iser_name_ : "?", #expr, __FILE__, \
+                                        __LINE__));                                     \
+    }                                                                                   \
   } while (0)
 
-#define ISER_NCCL_CHECK(expr)                                                                  \
-  do {                                                                                         \
-    const ncclResult_t iser_nres_ = (expr);                                                    \
-    if (iser_nres_ != ncclSuccess) [[unlikely]] {                                              \
-      throw ::iser::Error(::fmt::format("NCCL error {} in {} at {}:{}",                        \
-                                        ncclGetErrorString(iser_nres_), #expr, __FILE__,       \
-                                        __LINE__));                                            \
-    }                                                                                          \
+#define ISER_NCCL_CHECK(expr)                                                            \
+  do {                                                                                   \
+    const ncclResult_t iser_nres_ = (expr);                                              \
+    if (iser_nres_ != ncclSuccess) [[unlikely]] {                                        \
+      throw ::iser::Error(::fmt::format("NCCL error {} in {} at {}:{}",                  \
+                                        ncclGetErrorString(iser_nres_), #expr, __FILE__, \
+                                        __LINE__));                                      \
+    }                                                                                    \
   } while (0)
 
 // Device-side invariant: prints the failed condition and traps the kernel (the launch helper's
 // ISER_CUDA_CHECK then reports it on the host).
-#define ISER_DEVICE_ASSERT(cond)                                                               \
-  do {                                                                                         \
-    if (!(cond)) {                                                                             \
-      printf("iser device assertion failed: %s at %s:%d\n", #cond, __FILE__, __LINE__);       \
-      asm("trap;");                                                                            \
-    }                                                                                          \
+#define ISER_DEVICE_ASSERT(cond)                                                        \
+  do {                                                                                  \
+    if (!(cond)) {                                                                      \
+      printf("iser device assertion failed: %s at %s:%d\n", #cond, __FILE__, __LINE__); \
+      asm("trap;");                                                                     \
+    }                                                                                   \
   } while (0)

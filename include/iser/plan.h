@@ -51,7 +51,7 @@ struct Plan {
   int32_t target = 0;  // T = ceil(total routes / P)
   // Variant owner-home: an owner inside its group serves its quota from its home slot.
   bool owner_uses_home_slot = false;
-  std::vector<int32_t> loads;  // [P] routes each rank computes after planning
+  std::vector<int32_t> loads;         // [P] routes each rank computes after planning
   std::vector<Broadcast> broadcasts;  // plan order
 
   friend bool operator==(const Plan&, const Plan&) = default;

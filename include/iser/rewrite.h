@@ -18,8 +18,7 @@ std::vector<RouteFlow> rewrite_flows(const Topology& topo, const CountMatrix& co
 
 // Token-level rewrite of one rank: topk_ids [num_tokens, top_k] (flattened, -1 = none) to
 // global slot ids (DESIGN §3: rank * (H + S) + local slot); -1 stays -1.
-void rewrite_tokens(const Topology& topo, const CountMatrix& counts, const Plan& plan,
-                    int rank_idx, std::span<const int32_t> topk_ids, int top_k,
-                    std::span<int32_t> slot_ids);
+void rewrite_tokens(const Topology& topo, const CountMatrix& counts, const Plan& plan, int rank_idx,
+                    std::span<const int32_t> topk_ids, int top_k, std::span<int32_t> slot_ids);
 
 }  // namespace iser

@@ -21,9 +21,9 @@ struct Topology {
   // Validates (P >= 2, E > 0, P | E, 0 <= S, g_min >= 1) and throws iser::Error naming the field.
   static Topology make(int num_ranks, int num_experts, int num_slots, int g_min = kDefaultGMin);
 
-  int experts_per_rank() const { return num_experts / num_ranks; }                 // H
-  int slots_per_rank() const { return experts_per_rank() + num_slots; }             // H + S
-  int total_slots() const { return num_ranks * slots_per_rank(); }                  // P(H+S)
+  int experts_per_rank() const { return num_experts / num_ranks; }       // H
+  int slots_per_rank() const { return experts_per_rank() + num_slots; }  // H + S
+  int total_slots() const { return num_ranks * slots_per_rank(); }       // P(H+S)
   int owner_of(int expert_idx) const { return expert_idx / experts_per_rank(); }
   int first_home_expert(int rank_idx) const { return rank_idx * experts_per_rank(); }
   int global_slot(int rank_idx, int local_slot_idx) const {

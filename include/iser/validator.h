@@ -11,6 +11,9 @@
 namespace iser {
 
 struct ValidationOptions {
+  // False for policies whose results are not per-invocation plans (oracle: no placement; static
+  // EPLB: its own slot layout). Their flows are still checked by validate_flows.
+  bool enabled = true;
   // Groups must be aligned groups of the topology (HALO-Q family). Point-to-point baselines
   // turn this off; their broadcasts carry kUnalignedLevel.
   bool require_aligned_groups = true;
@@ -23,6 +26,11 @@ struct ValidationOptions {
 // Returns one human-readable line per violated invariant; empty means the plan is valid.
 std::vector<std::string> validate_plan(const Topology& topo, const CountMatrix& counts,
                                        const Plan& plan, const ValidationOptions& options = {});
+
+// Flows must conserve routes: for every (source rank, expert) the routes sent to all hosts sum to
+// c[s][e], every route count is positive and every rank index is in range.
+std::vector<std::string> validate_flows(const CountMatrix& counts,
+                                        const std::vector<RouteFlow>& flows);
 
 // Throws iser::Error listing the first violations when the plan is invalid.
 void check_plan(const Topology& topo, const CountMatrix& counts, const Plan& plan,

@@ -55,8 +55,8 @@ CountMatrix CountMatrix::from_topk(std::span<const int32_t> topk_ids, int num_ra
       const int32_t e = ids[i];
       if (e == -1) continue;
       ISER_CHECK(e >= 0 && e < num_experts,
-                 "expert id {} out of range [0, {}) at rank {} token {} choice {}", e,
-                 num_experts, s, i / top_k, i % top_k);
+                 "expert id {} out of range [0, {}) at rank {} token {} choice {}", e, num_experts,
+                 s, i / top_k, i % top_k);
       ++r[e];
     }
   }

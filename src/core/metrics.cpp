@@ -38,8 +38,12 @@ Traffic traffic_of(int num_ranks, std::span<const RouteFlow> flows) {
 
 }  // namespace
 
-double imbalance_ratio(std::span<const int64_t> loads) { return ratio_max_mean(loads); }
-double imbalance_ratio(std::span<const int32_t> loads) { return ratio_max_mean(loads); }
+double imbalance_ratio(std::span<const int64_t> loads) {
+  return ratio_max_mean(loads);
+}
+double imbalance_ratio(std::span<const int32_t> loads) {
+  return ratio_max_mean(loads);
+}
 
 std::vector<int64_t> loads_from_flows(int num_ranks, std::span<const RouteFlow> flows) {
   std::vector<int64_t> loads(num_ranks, 0);

@@ -4,9 +4,12 @@ namespace iser {
 
 std::string_view to_string(TransportMode mode) {
   switch (mode) {
-    case TransportMode::kOwnerDirect: return "owner-direct";
-    case TransportMode::kSami: return "sami";
-    case TransportMode::kPointToPoint: return "p2p";
+    case TransportMode::kOwnerDirect:
+      return "owner-direct";
+    case TransportMode::kSami:
+      return "sami";
+    case TransportMode::kPointToPoint:
+      return "p2p";
   }
   return "unknown";
 }

@@ -103,7 +103,8 @@ std::vector<std::string> validate_plan(const Topology& topo, const CountMatrix& 
   int64_t total = 0;
   for (const int64_t h : hist) total += h;
   const int64_t target = (total + P - 1) / P;
-  if (plan.target != target) v.add("plan target T = {}, expected ceil({}/{}) = {}", plan.target, total, P, target);
+  if (plan.target != target)
+    v.add("plan target T = {}, expected ceil({}/{}) = {}", plan.target, total, P, target);
 
   const int max_exports = options.max_exports_per_owner < 0 ? topo.max_exports_per_owner()
                                                             : options.max_exports_per_owner;
@@ -122,8 +123,8 @@ std::vector<std::string> validate_plan(const Topology& topo, const CountMatrix& 
       ++groups_per_rank[r];
       int& user = slot_user[static_cast<size_t>(r) * S + b.helper];
       if (user >= 0) {
-        v.add("broadcast {}: helper {} on rank {} already used by broadcast {}", b_idx, b.helper,
-              r, user);
+        v.add("broadcast {}: helper {} on rank {} already used by broadcast {}", b_idx, b.helper, r,
+              user);
       } else {
         user = static_cast<int>(b_idx);
       }
@@ -159,6 +160,34 @@ std::vector<std::string> validate_plan(const Topology& topo, const CountMatrix& 
     if (loads[r] != plan.loads[r]) {
       v.add("rank {}: plan load {} differs from the load {} recomputed from quotas", r,
             plan.loads[r], loads[r]);
+    }
+  }
+  return v.take();
+}
+
+std::vector<std::string> validate_flows(const CountMatrix& counts,
+                                        const std::vector<RouteFlow>& flows) {
+  Violations v;
+  const int P = counts.num_ranks();
+  const int E = counts.num_experts();
+  CountMatrix sent(P, E);
+  for (size_t i = 0; i < flows.size(); ++i) {
+    const RouteFlow& f = flows[i];
+    if (f.src_rank < 0 || f.src_rank >= P || f.dst_rank < 0 || f.dst_rank >= P || f.expert < 0 ||
+        f.expert >= E) {
+      v.add("flow {}: (src {}, expert {}, dst {}) out of range (P = {}, E = {})", i, f.src_rank,
+            f.expert, f.dst_rank, P, E);
+      continue;
+    }
+    if (f.routes <= 0) v.add("flow {}: non-positive route count {}", i, f.routes);
+    sent.at(f.src_rank, f.expert) += f.routes;
+  }
+  for (int s = 0; s < P; ++s) {
+    for (int e = 0; e < E; ++e) {
+      if (sent.at(s, e) != counts.at(s, e)) {
+        v.add("rank {} expert {}: flows carry {} routes, the rank has {}", s, e, sent.at(s, e),
+              counts.at(s, e));
+      }
     }
   }
   return v.take();

@@ -5,7 +5,7 @@
 
 namespace iser::cli {
 
-// (subcommands are added here as they land)
+void add_replay_command(CLI::App& app);
 
 #if defined(ISER_WITH_CUDA)
 void add_bench_command(CLI::App& app);  // GPU benchmarks (cmd_bench.cpp)

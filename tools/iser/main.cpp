@@ -1,8 +1,8 @@
 // iser: per-invocation replication of hot experts for EP MoE layers.
 #include <cstdio>
 
-#include <CLI/CLI.hpp>
 #include <fmt/format.h>
+#include <CLI/CLI.hpp>
 
 #include "commands.h"
 #include "iser/error.h"
@@ -11,6 +11,7 @@ int main(int argc, char** argv) {
   CLI::App app{"iser: plan, measure and model per-invocation expert replication (ISER-MoE)"};
   app.require_subcommand(1);
   app.set_version_flag("--version", "iser 0.1.0");
+  iser::cli::add_replay_command(app);
 #if defined(ISER_WITH_CUDA)
   iser::cli::add_bench_command(app);
 #endif

@@ -26,6 +26,7 @@ class OraclePolicy final : public Policy {
  public:
   explicit OraclePolicy(const Topology& topo) : topo_(topo) {}
   std::string_view name() const override { return "oracle"; }
+  ValidationOptions validation() const override { return {.enabled = false}; }
   PolicyResult plan(const CountMatrix& counts) override {
     PolicyResult result;
     result.plan = make_empty_plan(topo_, counts);

@@ -1,0 +1,201 @@
+// `iser replay`: the main job. Replays routing data through the policies and prints, per EP
+// degree and policy, the metrics of DESIGN §7.
+#include <unistd.h>
+
+#include <cstdio>
+#include <fstream>
+#include <mutex>
+
+#include <fmt/format.h>
+
+#include "commands.h"
+#include "iser/error.h"
+#include "iser/replay.h"
+#include "iser/trace.h"
+#include "replay_output.h"
+
+namespace iser::cli {
+namespace {
+
+struct ReplayArgs {
+  std::string trace;
+  std::string synthetic;
+  SyntheticOptions synthetic_options;
+  TraceOptions trace_options;
+  int num_experts = 0;
+  int top_k = 0;
+  double rank_imbalance = 0.0;
+  std::string layers;
+  std::string policies;
+  int64_t iterations = 0;
+  int num_threads = 0;
+  std::string json_path, csv_path, svg_path, report_dir;
+  ReplayConfig config;
+  bool quiet = false;
+};
+
+// "0-3,7,9-10" -> {0,1,2,3,7,9,10}.
+std::vector<int> parse_index_list(const std::string& text, const char* flag) {
+  std::vector<int> out;
+  size_t pos = 0;
+  while (pos <= text.size()) {
+    const size_t comma = std::min(text.find(',', pos), text.size());
+    const std::string item = text.substr(pos, comma - pos);
+    pos = comma + 1;
+    if (item.empty()) continue;
+    try {
+      size_t used = 0;
+      const size_t dash = item.find('-', 1);
+      const int first = std::stoi(item.substr(0, dash), &used);
+      ISER_CHECK(used == std::min(dash, item.size()), "bad {} entry '{}'", flag, item);
+      int last = first;
+      if (dash != std::string::npos) {
+        last = std::stoi(item.substr(dash + 1), &used);
+        ISER_CHECK(used == item.size() - dash - 1, "bad {} entry '{}'", flag, item);
+      }
+      ISER_CHECK(first >= 0 && last >= first, "bad {} range '{}'", flag, item);
+      for (int i = first; i <= last; ++i) out.push_back(i);
+    } catch (const std::logic_error&) {
+      throw Error(fmt::format("bad {} entry '{}': expected N or N-M", flag, item));
+    }
+  }
+  return out;
+}
+
+std::vector<std::string> split_names(const std::string& text) {
+  std::vector<std::string> out;
+  size_t pos = 0;
+  while (pos <= text.size()) {
+    const size_t comma = std::min(text.find(',', pos), text.size());
+    if (comma > pos) out.push_back(text.substr(pos, comma - pos));
+    pos = comma + 1;
+  }
+  return out;
+}
+
+std::unique_ptr<RoutingSource> open_source(ReplayArgs& args) {
+  if (!args.synthetic.empty()) {
+    ISER_CHECK(args.trace.empty(), "--trace and --synthetic are exclusive");
+    SyntheticOptions options = args.synthetic_options;
+    options.kind = args.synthetic;
+    if (args.num_experts > 0) options.num_experts = args.num_experts;
+    if (args.top_k > 0) options.top_k = args.top_k;
+    if (args.rank_imbalance > 0) options.rank_imbalance = args.rank_imbalance;
+    return make_synthetic(options);
+  }
+  TraceOptions options = args.trace_options;
+  if (args.num_experts > 0) options.num_experts = args.num_experts;
+  if (args.top_k > 0) options.top_k = args.top_k;
+  return open_trace(args.trace.empty() ? bundled_default_trace() : args.trace, options);
+}
+
+class ProgressBar {
+ public:
+  explicit ProgressBar(bool enabled) : enabled_(enabled) {}
+  ~ProgressBar() {
+    if (enabled_ && drawn_) fmt::print(stderr, "\r\033[K");
+  }
+  void update(int64_t done, int64_t total) {
+    if (!enabled_) return;
+    const std::lock_guard lock(mutex_);
+    constexpr int kWidth = 40;
+    const int filled = static_cast<int>(kWidth * done / std::max<int64_t>(total, 1));
+    fmt::print(stderr, "\r[{:=<{}}{: <{}}] {}/{} layer tasks", "", filled, "", kWidth - filled,
+               done, total);
+    drawn_ = true;
+  }
+
+ private:
+  bool enabled_;
+  bool drawn_ = false;
+  std::mutex mutex_;
+};
+
+void run(ReplayArgs& args) {
+  ReplayConfig config = args.config;
+  if (!args.layers.empty()) config.layers = parse_index_list(args.layers, "--layers");
+  if (!args.policies.empty() && args.policies != "all")
+    config.policies = split_names(args.policies);
+  if (args.iterations > 0) config.iterations = args.iterations;
+  config.num_threads = args.num_threads;
+  const auto source = open_source(args);
+  ProgressBar progress(!args.quiet && isatty(STDERR_FILENO));
+  config.progress = [&](int64_t done, int64_t total) { progress.update(done, total); };
+  const ReplayResult result = run_replay(*source, config);
+  config.progress = nullptr;
+  print_replay_tables(result, stdout);
+  const auto write_file = [](const std::string& path, const std::string& text) {
+    std::ofstream out(path);
+    ISER_CHECK(out.good(), "cannot write '{}'", path);
+    out << text;
+    ISER_CHECK(out.good(), "failed writing '{}'", path);
+  };
+  if (!args.json_path.empty()) write_file(args.json_path, replay_to_json(result));
+  if (!args.csv_path.empty()) write_file(args.csv_path, replay_to_csv(result));
+  // (svg + report land with the SVG helper)
+}
+
+}  // namespace
+
+void add_replay_command(CLI::App& app) {
+  auto args = std::make_shared<ReplayArgs>();
+  CLI::App* cmd = app.add_subcommand(
+      "replay",
+      "Replay routing data through balancing policies (default: the bundled DeepSeek-V4.1-Flash "
+      "histograms at EP 4,8,16,24, 8192 tokens/rank, S = 4, every policy)");
+  cmd->add_option("--trace", args->trace,
+                  "Routing file or directory: canonical safetensors, TensorRT-LLM dump, vLLM "
+                  "safetensors, SGLang JSON, JSONL per-token top-k");
+  cmd->add_option("--synthetic", args->synthetic, "Synthetic routing instead of a trace")
+      ->check(CLI::IsMember({"power-law", "mixed"}));
+  cmd->add_option("--alpha", args->synthetic_options.alpha, "power-law: Zipf exponent")
+      ->check(CLI::PositiveNumber);
+  cmd->add_option("--rank-imbalance", args->rank_imbalance,
+                  "power-law: tune alpha to this whole-set rank max/mean at --imbalance-ep ranks")
+      ->check(CLI::Range(1.0, 1000.0));
+  cmd->add_option("--imbalance-ep", args->synthetic_options.rank_imbalance_ep,
+                  "power-law: EP degree at which --rank-imbalance is measured")
+      ->check(CLI::Range(2, kMaxRanks));
+  cmd->add_option("--num-layers", args->synthetic_options.num_layers, "synthetic: MoE layers")
+      ->check(CLI::Range(1, 4096));
+  cmd->add_option("--num-experts", args->num_experts,
+                  "Experts E (synthetic; traces without metadata)")
+      ->check(CLI::Range(1, kMaxExperts));
+  cmd->add_option("--top-k", args->top_k, "Top-k (synthetic; traces without metadata)")
+      ->check(CLI::Range(1, 64));
+  cmd->add_option("--category", args->trace_options.category,
+                  "Histogram category of a canonical file (expert_counts.<name>)");
+  cmd->add_option("--ep", args->config.ep_degrees, "EP degrees")->delimiter(',');
+  cmd->add_option("--tokens-per-rank", args->config.tokens_per_rank, "Tokens per rank (tau)")
+      ->check(CLI::PositiveNumber);
+  cmd->add_option("--slots", args->config.num_slots, "Helper slots per rank (S)")
+      ->check(CLI::Range(0, kMaxSlots));
+  cmd->add_option("--g-min", args->config.g_min, "Smallest aligned group size")
+      ->check(CLI::Range(1, kMaxRanks));
+  cmd->add_option("--policies", args->policies,
+                  "Comma-separated policies, or 'all' (default: all)");
+  cmd->add_option("--layers", args->layers, "Layers, e.g. 3-39 or 0,5,7 (default: all)");
+  cmd->add_option("--iterations", args->iterations,
+                  "Iterations per layer (default: every full one for token traces, 2 for "
+                  "sampled histograms)")
+      ->check(CLI::PositiveNumber);
+  cmd->add_option("--seed", args->trace_options.seed, "Sampling seed");
+  cmd->add_option("--min-move", args->config.policy_options.min_move,
+                  "resident/iser: skip replications moving fewer routes")
+      ->check(CLI::NonNegativeNumber);
+  cmd->add_option("--eplb-window", args->config.policy_options.eplb_window,
+                  "eplb-window: past iterations used to plan")
+      ->check(CLI::NonNegativeNumber);
+  cmd->add_flag("--validate", args->config.validate, "Check every plan's invariants");
+  cmd->add_option("--threads", args->num_threads, "Worker threads (default: all cores)")
+      ->check(CLI::NonNegativeNumber);
+  cmd->add_option("--json", args->json_path, "Write results as JSON");
+  cmd->add_option("--csv", args->csv_path, "Write per-layer results as CSV");
+  cmd->add_flag("-q,--quiet", args->quiet, "No progress bar");
+  cmd->callback([args] {
+    args->synthetic_options.seed = args->trace_options.seed;
+    run(*args);
+  });
+}
+
+}  // namespace iser::cli
