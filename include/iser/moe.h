@@ -10,6 +10,7 @@
 #include <cstdint>
 #include <memory>
 #include <span>
+#include <string>
 #include <vector>
 
 #include "iser/counts.h"
@@ -69,6 +70,19 @@ class ExpertBank {
   std::unique_ptr<Impl> impl_;
 };
 
+// How the two GEMM passes run.
+enum class GemmBackend : uint8_t {
+  // cublasLt, one call per non-empty slot, with one algorithm per pass pinned at construction
+  // (no split-K). Each output element's accumulation order then depends on the expert shape
+  // only, so a token's output bytes do not depend on its slot's row count or its position: the
+  // ON/OFF bitwise guarantee rests on this. The default.
+  kLtPinned = 0,
+  // cublasGemmGroupedBatchedEx, one call per pass for all slots. cuBLAS picks kernels from the
+  // whole problem set, so a token's output can differ in the last bits between groupings
+  // (measured on H200); kept for comparison.
+  kGrouped = 1,
+};
+
 // Grouped gated MLP over the slots of one rank. Rows of x are grouped by slot, in slot order:
 // slot s owns rows [offset[s], offset[s] + rows_per_slot[s]) with offset the exclusive prefix
 // sum. Empty slots launch nothing. One instance serves one stream at a time (its scratch buffers
@@ -76,7 +90,8 @@ class ExpertBank {
 // are host values fixed at capture).
 class GroupedMlp {
  public:
-  GroupedMlp(ExpertShape shape, int num_slots, int64_t max_rows);
+  GroupedMlp(ExpertShape shape, int num_slots, int64_t max_rows,
+             GemmBackend backend = GemmBackend::kLtPinned);
   ~GroupedMlp();
   GroupedMlp(GroupedMlp&&) noexcept;
   GroupedMlp& operator=(GroupedMlp&&) noexcept;
@@ -84,6 +99,8 @@ class GroupedMlp {
   const ExpertShape& shape() const;
   int num_slots() const;
   int64_t max_rows() const;
+  GemmBackend backend() const;
+  std::string describe() const;  // backend and pinned algorithms, for benchmark headers
 
   // Pointer table of every slot (num_slots entries, none null). Stream-ordered on `stream`.
   void set_weights(std::span<const SlotWeights> slots, Stream stream);

@@ -62,3 +62,40 @@ struct GroupPointersParams {
 void launch_group_pointers(const GroupPointersParams& params, cudaStream_t stream);
 
 }  // namespace iser::cuda
+
+namespace iser::cuda {
+
+// ---- dispatch (single process): gather token rows into slot order --------------------------
+// dst[row] = src[row_map[row]] for row < num_rows; rows of `hidden` bf16.
+struct GatherRowsParams {
+  const uint16_t* src = nullptr;
+  uint16_t* dst = nullptr;
+  const int32_t* row_map = nullptr;
+  int64_t num_rows = 0;
+  int hidden = 0;  // multiple of kVec
+};
+struct GatherRowsConfig {
+  static constexpr int kThreads = 128;
+  static constexpr int kVec = 8;
+};
+void launch_gather_rows(const GatherRowsParams& params, cudaStream_t stream);
+
+// ---- combine: out[t] = bf16(sum_j w[t, j] * y[route_row[t, j]]) -----------------------------
+// NOTE: j runs 0..k-1 in order and accumulates in fp32 whatever rank or slot computed each row,
+// so a token's output depends only on the rows' bytes: ON and OFF combine identically.
+struct CombineParams {
+  const uint16_t* y = nullptr;          // expert outputs, rows of `hidden`
+  const int32_t* route_row = nullptr;   // [num_tokens * top_k], -1 = no route
+  const float* route_weight = nullptr;  // [num_tokens * top_k]
+  uint16_t* out = nullptr;              // [num_tokens, hidden]
+  int64_t num_tokens = 0;
+  int top_k = 0;
+  int hidden = 0;  // multiple of kVec
+};
+struct CombineConfig {
+  static constexpr int kThreads = 128;
+  static constexpr int kVec = 8;
+};
+void launch_combine(const CombineParams& params, cudaStream_t stream);
+
+}  // namespace iser::cuda

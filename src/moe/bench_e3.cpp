@@ -49,6 +49,7 @@ struct E3Options {
   double margin = 0.02;  // time every rank whose load is within this fraction of the largest
   uint64_t seed = 1;
   bool graph = false;
+  std::string gemm = "lt";
   std::string json_path;
 };
 
@@ -372,8 +373,12 @@ int run(const E3Options& opt) {
       100 * (1 - opt.margin));
   std::fflush(stdout);
 
+  ISER_CHECK(opt.gemm == "lt" || opt.gemm == "grouped", "--gemm '{}': expected lt or grouped",
+             opt.gemm);
   ExpertBank bank(opt.shape, per_rank);
-  GroupedMlp mlp(opt.shape, per_rank, max_rows);
+  GroupedMlp mlp(opt.shape, per_rank, max_rows,
+                 opt.gemm == "lt" ? GemmBackend::kLtPinned : GemmBackend::kGrouped);
+  fmt::print("# gemm: {}\n", mlp.describe());
   DeviceBuffer x(static_cast<size_t>(max_rows) * opt.shape.hidden * 2);
   DeviceBuffer y(static_cast<size_t>(max_rows) * opt.shape.hidden * 2);
   const float weight_scale = 1.0f / std::sqrt(static_cast<float>(opt.shape.hidden));
@@ -513,6 +518,7 @@ int e3_main(const std::vector<std::string>& args) {
   app.add_option("--margin", opt.margin, "time ranks with load >= (1 - margin) * max");
   app.add_option("--seed", opt.seed, "routing / weight seed");
   app.add_flag("-G,--graph", opt.graph, "time CUDA-graph launches of the captured call");
+  app.add_option("--gemm", opt.gemm, "lt (cublasLt, pinned algorithm) or grouped (cuBLAS grouped)");
   app.add_option("-J,--json", opt.json_path, "write results as JSON");
   try {
     std::vector<std::string> reversed(args.rbegin(), args.rend());

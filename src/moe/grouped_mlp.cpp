@@ -1,4 +1,6 @@
-// Grouped gated MLP (include/iser/moe.h): two cuBLAS grouped GEMMs around one SiLU-multiply.
+// Grouped gated MLP (include/iser/moe.h): two GEMM passes around one SiLU-multiply, either as
+// cuBLAS grouped GEMMs (one call per pass) or as cublasLt calls with a pinned algorithm (one call
+// per non-empty slot; see GemmBackend).
 //
 // Layout: cuBLAS is column-major, the activations are row-major [rows, features]. A row-major
 // [rows, F] matrix is a column-major [F, rows] one, so per group
@@ -9,22 +11,16 @@
 #include <cuda_runtime.h>
 
 #include <algorithm>
+#include <memory>
+#include <string>
 #include <vector>
 
 #include "cuda/moe_kernels.h"
 #include "iser/error.h"
 #include "iser/moe.h"
+#include "moe/cublas_check.h"
 #include "moe/device_buffer.h"
-
-#define ISER_CUBLAS_CHECK(expr)                                                           \
-  do {                                                                                    \
-    const cublasStatus_t iser_cb_ = (expr);                                               \
-    if (iser_cb_ != CUBLAS_STATUS_SUCCESS) [[unlikely]] {                                 \
-      throw ::iser::Error(::fmt::format("cuBLAS error {} in {} at {}:{}",                 \
-                                        cublasGetStatusString(iser_cb_), #expr, __FILE__, \
-                                        __LINE__));                                       \
-    }                                                                                     \
-  } while (0)
+#include "moe/lt_gemm.h"
 
 namespace iser::moe {
 
@@ -119,7 +115,11 @@ struct GroupedMlp::Impl {
   ExpertShape shape;
   int num_slots = 0;
   int64_t max_rows = 0;
+  GemmBackend backend = GemmBackend::kLtPinned;
   cublasHandle_t handle = nullptr;
+  cublasLtHandle_t lt = nullptr;
+  std::unique_ptr<PinnedLtGemm> gemm1, gemm2;  // kLtPinned
+  std::vector<SlotWeights> host_table;
   DeviceBuffer workspace;
   DeviceBuffer h13;       // [max_rows, 2I]
   DeviceBuffer act;       // [max_rows, I]
@@ -133,11 +133,17 @@ struct GroupedMlp::Impl {
   std::vector<float> alpha, beta;
 
   ~Impl() {
+    gemm1.reset();
+    gemm2.reset();
+    if (lt != nullptr) cublasLtDestroy(lt);
     if (handle != nullptr) cublasDestroy(handle);
   }
+
+  void run_grouped(cuda::GroupPointersParams& params, int64_t total_rows, Stream stream);
+  void run_lt(const cuda::GroupPointersParams& params, int64_t total_rows, Stream stream);
 };
 
-GroupedMlp::GroupedMlp(ExpertShape shape, int num_slots, int64_t max_rows)
+GroupedMlp::GroupedMlp(ExpertShape shape, int num_slots, int64_t max_rows, GemmBackend backend)
     : impl_(std::make_unique<Impl>()) {
   shape.check();
   ISER_CHECK(num_slots > 0 && num_slots <= kMaxGroups,
@@ -148,9 +154,20 @@ GroupedMlp::GroupedMlp(ExpertShape shape, int num_slots, int64_t max_rows)
   s.shape = shape;
   s.num_slots = num_slots;
   s.max_rows = max_rows;
-  ISER_CUBLAS_CHECK(cublasCreate(&s.handle));
+  s.backend = backend;
   s.workspace = DeviceBuffer(kCublasWorkspaceBytes);
-  ISER_CUBLAS_CHECK(cublasSetWorkspace(s.handle, s.workspace.get(), s.workspace.bytes()));
+  if (backend == GemmBackend::kLtPinned) {
+    ISER_CUBLAS_CHECK(cublasLtCreate(&s.lt));
+    // Tuned for the balanced per-slot size of the default shapes (1024 rows), valid for all.
+    const int reference_rows = static_cast<int>(std::min<int64_t>(max_rows, 1024));
+    s.gemm1 = std::make_unique<PinnedLtGemm>(s.lt, 2 * shape.intermediate, shape.hidden,
+                                             reference_rows, max_rows, kCublasWorkspaceBytes);
+    s.gemm2 = std::make_unique<PinnedLtGemm>(s.lt, shape.hidden, shape.intermediate, reference_rows,
+                                             max_rows, kCublasWorkspaceBytes);
+  } else {
+    ISER_CUBLAS_CHECK(cublasCreate(&s.handle));
+    ISER_CUBLAS_CHECK(cublasSetWorkspace(s.handle, s.workspace.get(), s.workspace.bytes()));
+  }
   s.h13 = DeviceBuffer(static_cast<size_t>(max_rows) * 2 * shape.intermediate * 2);
   s.act = DeviceBuffer(static_cast<size_t>(max_rows) * shape.intermediate * 2);
   s.tables = DeviceBuffer(static_cast<size_t>(2 * num_slots) * sizeof(void*));
@@ -179,6 +196,13 @@ int GroupedMlp::num_slots() const {
 int64_t GroupedMlp::max_rows() const {
   return impl_->max_rows;
 }
+GemmBackend GroupedMlp::backend() const { return impl_->backend; }
+std::string GroupedMlp::describe() const {
+  const Impl& s = *impl_;
+  if (s.backend == GemmBackend::kGrouped) return "cublasGemmGroupedBatchedEx";
+  return fmt::format("cublasLt pinned: gemm1 {}; gemm2 {}", s.gemm1->description(),
+                     s.gemm2->description());
+}
 
 void GroupedMlp::set_weights(std::span<const SlotWeights> slots, Stream stream) {
   Impl& s = *impl_;
@@ -192,6 +216,7 @@ void GroupedMlp::set_weights(std::span<const SlotWeights> slots, Stream stream) 
     table[i] = slots[i].w13;
     table[s.num_slots + i] = slots[i].w2;
   }
+  s.host_table.assign(slots.begin(), slots.end());
   ISER_CUDA_CHECK(cudaMemcpyAsync(s.tables.get(), table.data(), table.size() * sizeof(void*),
                                   cudaMemcpyHostToDevice, stream));
   s.has_weights = true;
@@ -205,6 +230,8 @@ void GroupedMlp::run(const void* x, std::span<const int32_t> rows_per_slot, void
              "grouped mlp: rows_per_slot has {} entries, {} slots", rows_per_slot.size(),
              s.num_slots);
   cuda::GroupPointersParams params;
+  params.x = static_cast<const uint16_t*>(x);
+  params.y = static_cast<uint16_t*>(y);
   int64_t total_rows = 0;
   for (int slot = 0; slot < s.num_slots; ++slot) {
     const int32_t rows = rows_per_slot[slot];
@@ -219,14 +246,43 @@ void GroupedMlp::run(const void* x, std::span<const int32_t> rows_per_slot, void
                s.max_rows);
   }
   if (params.num_groups == 0) return;
+  if (s.backend == GemmBackend::kLtPinned) {
+    s.run_lt(params, total_rows, stream);
+  } else {
+    s.run_grouped(params, total_rows, stream);
+  }
+}
 
+void GroupedMlp::Impl::run_lt(const cuda::GroupPointersParams& params, int64_t total_rows,
+                              Stream stream) {
+  const int64_t he = shape.hidden;
+  const int64_t inter = shape.intermediate;
+  const auto* x = static_cast<const uint16_t*>(params.x);
+  auto* h = h13.get<uint16_t>();
+  auto* a = act.get<uint16_t>();
+  for (int g = 0; g < params.num_groups; ++g) {
+    const int64_t row = params.row_begin[g];
+    const int64_t rows = n[g];
+    gemm1->run(host_table[params.slot[g]].w13, x + row * he, h + row * 2 * inter, rows,
+               workspace.get(), workspace.bytes(), stream);
+  }
+  cuda::launch_silu_mul({h, a, total_rows, shape.intermediate}, stream);
+  for (int g = 0; g < params.num_groups; ++g) {
+    const int64_t row = params.row_begin[g];
+    const int64_t rows = n[g];
+    gemm2->run(host_table[params.slot[g]].w2, a + row * inter, params.y + row * he, rows,
+               workspace.get(), workspace.bytes(), stream);
+  }
+}
+
+void GroupedMlp::Impl::run_grouped(cuda::GroupPointersParams& params, int64_t total_rows,
+                                   Stream stream) {
+  Impl& s = *this;
   const auto** table = s.tables.get<const void*>();
   params.w13_table = table;
   params.w2_table = table + s.num_slots;
-  params.x = static_cast<const uint16_t*>(x);
   params.h13 = s.h13.get<uint16_t>();
   params.act = s.act.get<uint16_t>();
-  params.y = static_cast<uint16_t*>(y);
   params.hidden = s.shape.hidden;
   params.intermediate = s.shape.intermediate;
   params.out = s.pointers.get<const void*>();
