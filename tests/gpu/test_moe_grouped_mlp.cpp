@@ -156,3 +156,44 @@ TEST(GroupedMlp, RejectsBadInput) {
 
 }  // namespace
 }  // namespace iser::moe
+
+namespace iser::moe {
+namespace {
+
+// run() records no host state per call beyond its launch parameters: a captured CUDA graph
+// replays it with the same result as the eager call.
+TEST(GroupedMlp, CapturesInCudaGraph) {
+  SKIP_WITHOUT_GPU();
+  const ExpertShape shape{1024, 512};
+  const std::vector<int32_t> rows = {100, 0, 7, 300};
+  const int total = 407;
+  ExpertBank bank(shape, 4);
+  bank.fill_random(9, 1.0f / 32.0f, nullptr);
+  DeviceBuffer x(static_cast<size_t>(total) * shape.hidden * 2);
+  DeviceBuffer y_eager(x.bytes()), y_graph(x.bytes());
+  cuda::launch_fill_uniform({x.get<uint16_t>(), int64_t{total} * shape.hidden, 4, 1.0f}, nullptr);
+  GroupedMlp mlp(shape, 4, total);
+  mlp.set_weights(std::vector<SlotWeights>{bank.slot(0), bank.slot(1), bank.slot(2), bank.slot(3)},
+                  nullptr);
+  mlp.run(x.get(), rows, y_eager.get(), nullptr);
+  ISER_CUDA_CHECK(cudaDeviceSynchronize());
+
+  cudaStream_t stream = nullptr;
+  ISER_CUDA_CHECK(cudaStreamCreateWithFlags(&stream, cudaStreamNonBlocking));
+  cudaGraph_t graph = nullptr;
+  cudaGraphExec_t exec = nullptr;
+  ISER_CUDA_CHECK(cudaStreamBeginCapture(stream, cudaStreamCaptureModeThreadLocal));
+  mlp.run(x.get(), rows, y_graph.get(), stream);
+  ISER_CUDA_CHECK(cudaStreamEndCapture(stream, &graph));
+  ISER_CUDA_CHECK(cudaGraphInstantiate(&exec, graph, 0));
+  ISER_CUDA_CHECK(cudaGraphLaunch(exec, stream));
+  ISER_CUDA_CHECK(cudaGraphLaunch(exec, stream));
+  ISER_CUDA_CHECK(cudaStreamSynchronize(stream));
+  cudaGraphExecDestroy(exec);
+  cudaGraphDestroy(graph);
+  cudaStreamDestroy(stream);
+  EXPECT_EQ(download(y_eager.get(), x.bytes() / 2), download(y_graph.get(), x.bytes() / 2));
+}
+
+}  // namespace
+}  // namespace iser::moe
