@@ -1,0 +1,626 @@
+// Replication benchmark (DESIGN §11, issue 7), nccl-tests style. One process per GPU: the binary
+// re-executes itself once per rank (-g ranks) with a file-based NCCL unique id. Owner rank 0
+// replicates bundles into rank 1's helper slots; every transport is measured in the same run:
+//   p2p-direct / p2p-sami (SM copies, 1..16 SMs), copy-engine (cudaMemcpyAsync), and
+//   ncclBroadcast tuned over protocol x channel count x CUDA-graph launch (best reported).
+// Sections: bundles (1/4/8 x 37.16 MB), size sweep (-b..-e, x -f), count-exchange latency
+// (P = 2 over NVLink and P logical ranks on one GPU), READY gate cost with nothing to copy.
+//
+// Flags: -b/-e/-f sizes, -w warm-up, -n iterations, -c check (1/0), -G graph (1/0: also time
+// ncclBroadcast captured in a CUDA graph), -J JSON file, -t transports (comma list of
+// p2p-direct,p2p-sami,copy-engine,nccl), -s copy-SM list, -g ranks, -x sections (comma list of
+// bundles,sweep,latency).
+// Reported time: per-iteration median over -n iterations, slowest rank; algbw = bytes / time.
+#include <nccl.h>
+#include <signal.h>
+#include <spawn.h>
+#include <sys/wait.h>
+#include <unistd.h>
+
+#include <algorithm>
+#include <cstdio>
+#include <cstdlib>
+#include <cstring>
+#include <memory>
+#include <string>
+#include <vector>
+
+#include <cuda_runtime.h>
+
+#include <exception>
+
+#include "iser/runtime.h"
+
+extern char** environ;
+
+namespace {
+
+using iser::CopyOp;
+using iser::Runtime;
+using iser::RuntimeConfig;
+using iser::Transport;
+
+#define BENCH_CUDA(expr)                                                                   \
+  do {                                                                                     \
+    const cudaError_t e_ = (expr);                                                         \
+    if (e_ != cudaSuccess) {                                                               \
+      std::fprintf(stderr, "CUDA error %s in %s (%s:%d)\n", cudaGetErrorString(e_), #expr, \
+                   __FILE__, __LINE__);                                                    \
+      std::exit(2);                                                                        \
+    }                                                                                      \
+  } while (0)
+#define BENCH_NCCL(expr)                                                                   \
+  do {                                                                                     \
+    const ncclResult_t r_ = (expr);                                                        \
+    if (r_ != ncclSuccess) {                                                               \
+      std::fprintf(stderr, "NCCL error %s in %s (%s:%d)\n", ncclGetErrorString(r_), #expr, \
+                   __FILE__, __LINE__);                                                    \
+      std::exit(2);                                                                        \
+    }                                                                                      \
+  } while (0)
+
+constexpr int64_t kPaperBundle = 37'158'912;  // 37.16 MB: one expert of the paper's model
+
+struct Options {
+  int64_t min_bytes = 1 << 20;
+  int64_t max_bytes = int64_t{512} << 20;
+  int64_t factor = 2;
+  int warmup = 5;
+  int iters = 20;
+  int check = 1;
+  int graph = 1;
+  std::string json;
+  std::vector<std::string> transports = {"p2p-direct", "p2p-sami", "copy-engine", "nccl"};
+  std::vector<int> sms = {1, 2, 4, 8, 16};
+  int ranks = 2;
+  std::vector<std::string> sections = {"bundles", "sweep", "latency"};
+};
+
+std::vector<std::string> split(const std::string& s) {
+  std::vector<std::string> out;
+  size_t begin = 0;
+  while (begin <= s.size()) {
+    const size_t end = s.find(',', begin);
+    out.push_back(s.substr(begin, end == std::string::npos ? std::string::npos : end - begin));
+    if (end == std::string::npos) break;
+    begin = end + 1;
+  }
+  return out;
+}
+
+int64_t parse_size(const std::string& s) {
+  char* end = nullptr;
+  double v = std::strtod(s.c_str(), &end);
+  const char unit = end && *end ? static_cast<char>(std::toupper(*end)) : ' ';
+  if (unit == 'K') v *= 1024;
+  if (unit == 'M') v *= 1024 * 1024;
+  if (unit == 'G') v *= 1024.0 * 1024 * 1024;
+  return static_cast<int64_t>(v);
+}
+
+Options parse(int argc, char** argv) {
+  Options o;
+  for (int i = 1; i + 1 < argc; i += 2) {
+    const std::string flag = argv[i];
+    const std::string value = argv[i + 1];
+    if (flag == "-b")
+      o.min_bytes = parse_size(value);
+    else if (flag == "-e")
+      o.max_bytes = parse_size(value);
+    else if (flag == "-f")
+      o.factor = std::max<int64_t>(2, std::atoll(value.c_str()));
+    else if (flag == "-w")
+      o.warmup = std::atoi(value.c_str());
+    else if (flag == "-n")
+      o.iters = std::max(1, std::atoi(value.c_str()));
+    else if (flag == "-c")
+      o.check = std::atoi(value.c_str());
+    else if (flag == "-G")
+      o.graph = std::atoi(value.c_str());
+    else if (flag == "-J")
+      o.json = value;
+    else if (flag == "-t")
+      o.transports = split(value);
+    else if (flag == "-g")
+      o.ranks = std::atoi(value.c_str());
+    else if (flag == "-x")
+      o.sections = split(value);
+    else if (flag == "-s") {
+      o.sms.clear();
+      for (const auto& s : split(value)) o.sms.push_back(std::atoi(s.c_str()));
+    } else {
+      std::fprintf(stderr, "unknown flag %s\n", flag.c_str());
+      std::exit(1);
+    }
+  }
+  if (argc % 2 == 0) {
+    std::fprintf(stderr, "flag %s needs a value\n", argv[argc - 1]);
+    std::exit(1);
+  }
+  return o;
+}
+
+bool has(const std::vector<std::string>& list, const std::string& item) {
+  return std::find(list.begin(), list.end(), item) != list.end();
+}
+
+// ---- deterministic payload -----------------------------------------------------------------
+
+__device__ __forceinline__ uint32_t pattern_word(uint64_t idx, uint32_t seed) {
+  uint32_t x = static_cast<uint32_t>(idx * 2654435761ull) ^ seed;
+  x ^= x >> 16;
+  x *= 0x7feb352d;
+  x ^= x >> 15;
+  return x;
+}
+
+__global__ void fill_kernel(uint32_t* dst, int64_t words, uint32_t seed) {
+  for (int64_t i = blockIdx.x * static_cast<int64_t>(blockDim.x) + threadIdx.x; i < words;
+       i += static_cast<int64_t>(gridDim.x) * blockDim.x) {
+    dst[i] = pattern_word(i, seed);
+  }
+}
+
+__global__ void check_kernel(const uint32_t* got, int64_t words, uint32_t seed,
+                             unsigned long long* bad) {
+  unsigned long long local = 0;
+  for (int64_t i = blockIdx.x * static_cast<int64_t>(blockDim.x) + threadIdx.x; i < words;
+       i += static_cast<int64_t>(gridDim.x) * blockDim.x) {
+    local += got[i] != pattern_word(i, seed);
+  }
+  if (local) atomicAdd(bad, local);
+}
+
+void fill(void* dst, int64_t bytes, uint32_t seed) {
+  fill_kernel<<<1024, 256>>>(static_cast<uint32_t*>(dst), bytes / 4, seed);
+  BENCH_CUDA(cudaGetLastError());
+}
+
+uint64_t count_bad(const void* got, int64_t bytes, uint32_t seed) {
+  unsigned long long* bad = nullptr;
+  BENCH_CUDA(cudaMalloc(&bad, sizeof(*bad)));
+  BENCH_CUDA(cudaMemset(bad, 0, sizeof(*bad)));
+  check_kernel<<<1024, 256>>>(static_cast<const uint32_t*>(got), bytes / 4, seed, bad);
+  BENCH_CUDA(cudaGetLastError());
+  unsigned long long host = 0;
+  BENCH_CUDA(cudaMemcpy(&host, bad, sizeof(host), cudaMemcpyDeviceToHost));
+  BENCH_CUDA(cudaFree(bad));
+  return host;
+}
+
+// ---- ranks ---------------------------------------------------------------------------------
+
+struct World {
+  int rank = 0;
+  int size = 0;
+  std::unique_ptr<iser::Communicator> comm;
+  cudaStream_t stream = nullptr;
+  float* scratch = nullptr;
+};
+
+// Slowest rank's value (max over ranks).
+double max_over_ranks(World& w, double v) {
+  float host = static_cast<float>(v);
+  BENCH_CUDA(cudaMemcpy(w.scratch, &host, sizeof(float), cudaMemcpyHostToDevice));
+  BENCH_NCCL(ncclAllReduce(w.scratch, w.scratch, 1, ncclFloat, ncclMax, w.comm->get(), w.stream));
+  BENCH_CUDA(cudaStreamSynchronize(w.stream));
+  BENCH_CUDA(cudaMemcpy(&host, w.scratch, sizeof(float), cudaMemcpyDeviceToHost));
+  return host;
+}
+
+void barrier(World& w) {
+  (void)max_over_ranks(w, 0.0);
+}
+
+// Median per-iteration time (us) of `step` on this rank; events between iterations.
+template <typename Step>
+double time_median_us(World& w, int warmup, int iters, Step&& step) {
+  for (int i = 0; i < warmup; ++i) step(i);
+  BENCH_CUDA(cudaStreamSynchronize(w.stream));
+  barrier(w);
+  std::vector<cudaEvent_t> events(iters + 1);
+  for (auto& e : events) BENCH_CUDA(cudaEventCreate(&e));
+  for (int i = 0; i < iters; ++i) {
+    BENCH_CUDA(cudaEventRecord(events[i], w.stream));
+    step(warmup + i);
+  }
+  BENCH_CUDA(cudaEventRecord(events[iters], w.stream));
+  BENCH_CUDA(cudaEventSynchronize(events[iters]));
+  std::vector<double> us(iters);
+  for (int i = 0; i < iters; ++i) {
+    float ms = 0;
+    BENCH_CUDA(cudaEventElapsedTime(&ms, events[i], events[i + 1]));
+    us[i] = ms * 1000.0;
+  }
+  for (auto& e : events) BENCH_CUDA(cudaEventDestroy(e));
+  std::sort(us.begin(), us.end());
+  const double median = iters % 2 ? us[iters / 2] : 0.5 * (us[iters / 2 - 1] + us[iters / 2]);
+  return max_over_ranks(w, median);
+}
+
+struct Record {
+  std::string section, transport, variant;
+  int sms = 0;
+  int64_t bytes = 0;
+  int bundles = 0;
+  double time_us = 0;
+  double algbw = 0;  // GB/s
+  int64_t errors = -1;
+};
+
+std::vector<Record> g_records;
+
+void emit(World& w, const Record& r) {
+  if (w.rank != 0) return;
+  g_records.push_back(r);
+  std::printf("%-9s %-12s %-26s %4d %12lld %3d %11.2f %9.2f %6s\n", r.section.c_str(),
+              r.transport.c_str(), r.variant.c_str(), r.sms, static_cast<long long>(r.bytes),
+              r.bundles, r.time_us, r.algbw, r.errors < 0 ? "-" : std::to_string(r.errors).c_str());
+  std::fflush(stdout);
+}
+
+// ---- replication runs ------------------------------------------------------------------------
+
+// Runtime whose rank 0 owns `num_bundles` bundles of `bytes` that go to rank 1's helper slots.
+std::unique_ptr<Runtime> make_runtime(World& w, int64_t bytes, int num_bundles) {
+  RuntimeConfig c;
+  c.num_ranks = w.size;
+  c.num_experts = w.size * num_bundles;
+  c.num_slots = num_bundles;
+  c.bundle = {bytes, 0};
+  c.num_banks = 1;
+  c.timeout_us = 10'000'000;
+  auto rt = std::make_unique<Runtime>(c, *w.comm);
+  for (int h = 0; h < num_bundles; ++h) fill(rt->home_bundle(0, 0, h), bytes, 1000 * w.rank + h);
+  BENCH_CUDA(cudaDeviceSynchronize());
+  return rt;
+}
+
+std::vector<CopyOp> owner0_to_rank1(int num_bundles, int mode) {
+  std::vector<CopyOp> ops;
+  for (int k = 0; k < num_bundles; ++k) ops.push_back({k, 0, 1, 1, k, mode});
+  return ops;
+}
+
+int64_t check_replicas(World& w, Runtime& rt, int num_bundles, int64_t bytes) {
+  int64_t bad = 0;
+  if (w.rank == 1) {
+    for (int k = 0; k < num_bundles; ++k) bad += count_bad(rt.helper_slot(0, 0, k), bytes, k);
+  }
+  return static_cast<int64_t>(max_over_ranks(w, static_cast<double>(bad)));
+}
+
+void run_runtime_transports(World& w, const Options& o, const std::string& section, int64_t bytes,
+                            int num_bundles) {
+  auto rt = make_runtime(w, bytes, num_bundles);
+  const int64_t total = bytes * num_bundles;
+  uint64_t generation = 0;
+  CopyOp* device_ops = nullptr;
+  BENCH_CUDA(cudaMalloc(&device_ops, sizeof(CopyOp) * num_bundles));
+  for (const std::string& name : o.transports) {
+    if (name == "nccl") continue;
+    const Transport t = iser::transport_from_string(name);
+    const auto ops = owner0_to_rank1(num_bundles, t == Transport::kP2PSami ? 1 : 0);
+    BENCH_CUDA(
+        cudaMemcpy(device_ops, ops.data(), sizeof(CopyOp) * ops.size(), cudaMemcpyHostToDevice));
+    const std::vector<int> sm_list = t == Transport::kCopyEngine ? std::vector<int>{0} : o.sms;
+    for (int sms : sm_list) {
+      if (rt) BENCH_CUDA(cudaMemset(rt->helper_slot(0, 0, 0), 0, bytes * num_bundles));
+      BENCH_CUDA(cudaDeviceSynchronize());
+      barrier(w);
+      const double us = time_median_us(w, o.warmup, o.iters, [&](int) {
+        ++generation;
+        if (t == Transport::kCopyEngine) {
+          rt->replicate_copy_engine(ops, 0, generation, w.stream);
+        } else {
+          rt->replicate(device_ops, num_bundles, 0, generation, t, w.stream, sms);
+        }
+        rt->release_bank(generation, w.stream);
+      });
+      BENCH_CUDA(cudaStreamSynchronize(w.stream));
+      rt->check_status();
+      Record r{section, name, "", sms, total, num_bundles, us, total / us / 1e3};
+      r.errors = o.check ? check_replicas(w, *rt, num_bundles, bytes) : -1;
+      emit(w, r);
+    }
+  }
+  BENCH_CUDA(cudaFree(device_ops));
+}
+
+// ncclBroadcast of `total` bytes from rank 0, tuned: protocol x channels (one communicator
+// each) x eager/graph launch. Reports every variant and the best.
+struct NcclVariant {
+  std::string proto;
+  int channels = 0;
+  ncclComm_t comm = nullptr;
+};
+
+std::vector<NcclVariant> make_nccl_variants(World& w) {
+  std::vector<NcclVariant> variants;
+  for (const char* proto : {"Simple", "LL128", "LL"}) {
+    for (int channels : {0, 8, 16, 32}) {
+      ::setenv("NCCL_PROTO", proto, 1);  // read at communicator creation
+      ncclConfig_t config = NCCL_CONFIG_INITIALIZER;
+      if (channels > 0) {
+        config.minCTAs = channels;
+        config.maxCTAs = channels;
+      }
+      ncclUniqueId id;
+      // A fresh id per communicator, passed over the existing communicator (rank 0 -> all).
+      if (w.rank == 0) BENCH_NCCL(ncclGetUniqueId(&id));
+      char* device_id = nullptr;
+      BENCH_CUDA(cudaMalloc(&device_id, sizeof(id)));
+      BENCH_CUDA(cudaMemcpy(device_id, &id, sizeof(id), cudaMemcpyHostToDevice));
+      BENCH_NCCL(
+          ncclBroadcast(device_id, device_id, sizeof(id), ncclChar, 0, w.comm->get(), w.stream));
+      BENCH_CUDA(cudaStreamSynchronize(w.stream));
+      BENCH_CUDA(cudaMemcpy(&id, device_id, sizeof(id), cudaMemcpyDeviceToHost));
+      BENCH_CUDA(cudaFree(device_id));
+      NcclVariant v{proto, channels, nullptr};
+      BENCH_NCCL(ncclCommInitRankConfig(&v.comm, w.size, id, w.rank, &config));
+      variants.push_back(v);
+    }
+  }
+  ::unsetenv("NCCL_PROTO");
+  return variants;
+}
+
+void run_nccl(World& w, const Options& o, std::vector<NcclVariant>& variants,
+              const std::string& section, int64_t bytes, int num_bundles) {
+  const int64_t total = bytes * num_bundles;
+  void* buffer = nullptr;
+  BENCH_CUDA(cudaMalloc(&buffer, total));
+  if (w.rank == 0) {
+    for (int k = 0; k < num_bundles; ++k) fill(static_cast<char*>(buffer) + k * bytes, bytes, k);
+  } else {
+    BENCH_CUDA(cudaMemset(buffer, 0, total));
+  }
+  BENCH_CUDA(cudaDeviceSynchronize());
+  Record best{section, "nccl-bcast", "best", 0, total, num_bundles, 1e30, 0};
+  for (NcclVariant& v : variants) {
+    // LL moves 8 bytes per 16 on the wire: never the best beyond a few MiB, and slow to time.
+    if (v.proto == "LL" && total > (int64_t{32} << 20)) continue;
+    for (int graph = 0; graph <= o.graph; ++graph) {
+      double us = 0;
+      if (!graph) {
+        us = time_median_us(w, o.warmup, o.iters, [&](int) {
+          BENCH_NCCL(ncclBroadcast(buffer, buffer, total, ncclChar, 0, v.comm, w.stream));
+        });
+      } else {
+        // One graph holding all iterations; reported time = graph time / iterations.
+        cudaGraph_t g = nullptr;
+        cudaGraphExec_t exec = nullptr;
+        BENCH_CUDA(cudaStreamBeginCapture(w.stream, cudaStreamCaptureModeThreadLocal));
+        for (int i = 0; i < o.iters; ++i) {
+          BENCH_NCCL(ncclBroadcast(buffer, buffer, total, ncclChar, 0, v.comm, w.stream));
+        }
+        BENCH_CUDA(cudaStreamEndCapture(w.stream, &g));
+        BENCH_CUDA(cudaGraphInstantiate(&exec, g, 0));
+        BENCH_CUDA(cudaGraphLaunch(exec, w.stream));  // warm-up
+        BENCH_CUDA(cudaStreamSynchronize(w.stream));
+        barrier(w);
+        const double total_us =
+            time_median_us(w, 0, 1, [&](int) { BENCH_CUDA(cudaGraphLaunch(exec, w.stream)); });
+        us = total_us / o.iters;
+        BENCH_CUDA(cudaGraphExecDestroy(exec));
+        BENCH_CUDA(cudaGraphDestroy(g));
+      }
+      const std::string variant = v.proto + "/ch" +
+                                  (v.channels ? std::to_string(v.channels) : std::string("auto")) +
+                                  (graph ? "/graph" : "/eager");
+      Record r{section, "nccl-bcast", variant, 0, total, num_bundles, us, total / us / 1e3};
+      if (o.check && w.rank == 1) {
+        int64_t bad = 0;
+        for (int k = 0; k < num_bundles; ++k) {
+          bad += count_bad(static_cast<char*>(buffer) + k * bytes, bytes, k);
+        }
+        r.errors = bad;
+      }
+      if (o.check)
+        r.errors = static_cast<int64_t>(max_over_ranks(w, std::max<int64_t>(0, r.errors)));
+      if (section != "sweep") emit(w, r);
+      if (us < best.time_us) best = r, best.variant = "best:" + variant;
+    }
+  }
+  emit(w, best);
+  BENCH_CUDA(cudaFree(buffer));
+}
+
+// ---- latency sections ----------------------------------------------------------------------
+
+void run_latency(World& w, const Options& o) {
+  const int iters = std::max(o.iters, 200);
+  {
+    RuntimeConfig c;
+    c.num_ranks = w.size;
+    c.num_experts = 256;
+    c.num_slots = 2;
+    c.bundle = {8192, 0};
+    Runtime rt(c, *w.comm);
+    int32_t* rows = nullptr;
+    int32_t* matrix = nullptr;
+    BENCH_CUDA(cudaMalloc(&rows, 4 * c.num_experts));
+    BENCH_CUDA(cudaMalloc(&matrix, 4 * c.num_experts * c.num_ranks));
+    BENCH_CUDA(cudaMemset(rows, 0, 4 * c.num_experts));
+    const double us = time_median_us(w, 20, iters, [&](int i) {
+      rt.exchange_counts(rows, matrix, static_cast<uint64_t>(i + 1), w.stream);
+    });
+    rt.check_status();
+    emit(w, {"latency", "count-exchange", "P=" + std::to_string(w.size) + " E=256 nvlink", 1, 0, 0,
+             us, 0, -1});
+    int32_t* slot_expert = nullptr;
+    BENCH_CUDA(cudaMalloc(&slot_expert, 4 * c.num_ranks * c.num_slots));
+    const double gate_us = time_median_us(w, 20, iters, [&](int i) {
+      const uint64_t g = static_cast<uint64_t>(i + 1);
+      rt.replicate(nullptr, 0, 0, g, Transport::kPlan, w.stream, 1);
+      rt.ready_gate(nullptr, 0, g, slot_expert, w.stream);
+      rt.release_bank(g, w.stream);
+    });
+    rt.check_status();
+    emit(w, {"latency", "ready-empty",
+             "P=" + std::to_string(w.size) + " replicate(0 ops)+gate+release", 1, 0, 0, gate_us, 0,
+             -1});
+    BENCH_CUDA(cudaFree(rows));
+    BENCH_CUDA(cudaFree(matrix));
+    BENCH_CUDA(cudaFree(slot_expert));
+  }
+  barrier(w);
+  if (w.rank != 0) return;
+  // Logical ranks on one GPU: every rank's kernel work in one launch.
+  for (int p : {2, 4, 8, 16}) {
+    RuntimeConfig c;
+    c.num_ranks = p;
+    c.num_experts = 256;
+    c.num_slots = 2;
+    c.bundle = {8192, 0};
+    auto rt = Runtime::logical(c);
+    int32_t* rows = nullptr;
+    int32_t* matrix = nullptr;
+    BENCH_CUDA(cudaMalloc(&rows, 4 * c.num_experts * p));
+    BENCH_CUDA(cudaMalloc(&matrix, 4 * c.num_experts * p * p));
+    BENCH_CUDA(cudaMemset(rows, 0, 4 * c.num_experts * p));
+    std::vector<double> us;
+    cudaEvent_t a, b;
+    BENCH_CUDA(cudaEventCreate(&a));
+    BENCH_CUDA(cudaEventCreate(&b));
+    for (int i = 0; i < iters; ++i) {
+      BENCH_CUDA(cudaEventRecord(a, w.stream));
+      rt->exchange_counts(rows, matrix, static_cast<uint64_t>(i + 1), w.stream);
+      BENCH_CUDA(cudaEventRecord(b, w.stream));
+      BENCH_CUDA(cudaEventSynchronize(b));
+      float ms = 0;
+      BENCH_CUDA(cudaEventElapsedTime(&ms, a, b));
+      us.push_back(ms * 1000.0);
+    }
+    std::sort(us.begin(), us.end());
+    rt->check_status();
+    Record r{"latency",
+             "count-exchange",
+             "P=" + std::to_string(p) + " E=256 logical/1 GPU",
+             1,
+             0,
+             0,
+             us[us.size() / 2],
+             0,
+             -1};
+    g_records.push_back(r);
+    std::printf("%-9s %-12s %-26s %4d %12d %3d %11.2f %9s %6s\n", r.section.c_str(),
+                r.transport.c_str(), r.variant.c_str(), 1, 0, 0, r.time_us, "-", "-");
+    BENCH_CUDA(cudaEventDestroy(a));
+    BENCH_CUDA(cudaEventDestroy(b));
+    BENCH_CUDA(cudaFree(rows));
+    BENCH_CUDA(cudaFree(matrix));
+  }
+}
+
+void write_json(const Options& o) {
+  if (o.json.empty()) return;
+  FILE* f = std::fopen(o.json.c_str(), "w");
+  if (!f) {
+    std::fprintf(stderr, "cannot write %s\n", o.json.c_str());
+    return;
+  }
+  std::fprintf(f, "[\n");
+  for (size_t i = 0; i < g_records.size(); ++i) {
+    const Record& r = g_records[i];
+    std::fprintf(f,
+                 "  {\"section\": \"%s\", \"transport\": \"%s\", \"variant\": \"%s\", \"sms\": %d, "
+                 "\"bytes\": %lld, \"bundles\": %d, \"time_us\": %.3f, \"algbw_GBps\": %.3f, "
+                 "\"errors\": %lld}%s\n",
+                 r.section.c_str(), r.transport.c_str(), r.variant.c_str(), r.sms,
+                 static_cast<long long>(r.bytes), r.bundles, r.time_us, r.algbw,
+                 static_cast<long long>(r.errors), i + 1 < g_records.size() ? "," : "");
+  }
+  std::fprintf(f, "]\n");
+  std::fclose(f);
+}
+
+int run_rank(const Options& o, int rank, int size, const std::string& id_file) {
+  World w;
+  w.rank = rank;
+  w.size = size;
+  BENCH_CUDA(cudaSetDevice(rank));
+  w.comm = std::make_unique<iser::Communicator>(
+      iser::Communicator::from_unique_id_file(id_file, rank, size));
+  BENCH_CUDA(cudaStreamCreateWithPriority(&w.stream, cudaStreamNonBlocking, -5));
+  BENCH_CUDA(cudaMalloc(&w.scratch, sizeof(float)));
+  if (rank == 0) {
+    cudaDeviceProp prop{};
+    BENCH_CUDA(cudaGetDeviceProperties(&prop, 0));
+    std::printf(
+        "# bench_replicate: %d ranks, %s (%d SMs), warm-up %d, iterations %d, median per "
+        "iteration, slowest rank\n",
+        size, prop.name, prop.multiProcessorCount, o.warmup, o.iters);
+    std::printf("%-9s %-12s %-26s %4s %12s %3s %11s %9s %6s\n", "#section", "transport", "variant",
+                "sms", "bytes", "nb", "time_us", "algbw", "errors");
+  }
+  std::vector<NcclVariant> variants;
+  if (has(o.transports, "nccl")) variants = make_nccl_variants(w);
+  if (has(o.sections, "bundles")) {
+    for (int nb : {1, 4, 8}) {
+      run_runtime_transports(w, o, "bundles", kPaperBundle, nb);
+      if (!variants.empty()) run_nccl(w, o, variants, "bundles", kPaperBundle, nb);
+    }
+  }
+  if (has(o.sections, "sweep")) {
+    for (int64_t bytes = o.min_bytes; bytes <= o.max_bytes; bytes *= o.factor) {
+      run_runtime_transports(w, o, "sweep", bytes, 1);
+      if (!variants.empty()) run_nccl(w, o, variants, "sweep", bytes, 1);
+    }
+  }
+  if (has(o.sections, "latency")) run_latency(w, o);
+  for (auto& v : variants) ncclCommDestroy(v.comm);
+  if (rank == 0) write_json(o);
+  BENCH_CUDA(cudaFree(w.scratch));
+  return 0;
+}
+
+int spawn_ranks(int argc, char** argv, const Options& o) {
+  int gpus = 0;
+  BENCH_CUDA(cudaGetDeviceCount(&gpus));
+  if (gpus < o.ranks) {
+    std::fprintf(stderr, "bench_replicate: -g %d needs %d GPUs, found %d\n", o.ranks, o.ranks,
+                 gpus);
+    return 1;
+  }
+  char dir[] = "/tmp/iser-bench-XXXXXX";
+  if (!::mkdtemp(dir)) return 1;
+  const std::string id_file = std::string(dir) + "/nccl-unique-id";
+  std::vector<pid_t> pids;
+  for (int r = 0; r < o.ranks; ++r) {
+    std::vector<std::string> env;
+    for (char** e = environ; *e; ++e) env.emplace_back(*e);
+    env.push_back("ISER_BENCH_RANK=" + std::to_string(r));
+    env.push_back("ISER_BENCH_ID_FILE=" + id_file);
+    std::vector<char*> envp;
+    for (auto& s : env) envp.push_back(s.data());
+    envp.push_back(nullptr);
+    pid_t pid = 0;
+    if (::posix_spawn(&pid, "/proc/self/exe", nullptr, nullptr, argv, envp.data()) != 0) return 1;
+    pids.push_back(pid);
+  }
+  int rc = 0;
+  for (pid_t pid : pids) {
+    int st = 0;
+    ::waitpid(pid, &st, 0);
+    if (!WIFEXITED(st) || WEXITSTATUS(st) != 0) rc = 1;
+  }
+  ::unlink(id_file.c_str());
+  ::rmdir(dir);
+  (void)argc;
+  return rc;
+}
+
+}  // namespace
+
+int main(int argc, char** argv) {
+  const Options o = parse(argc, argv);
+  const char* rank = std::getenv("ISER_BENCH_RANK");
+  try {
+    if (!rank) return spawn_ranks(argc, argv, o);
+    return run_rank(o, std::atoi(rank), o.ranks, std::getenv("ISER_BENCH_ID_FILE"));
+  } catch (const std::exception& e) {
+    std::fprintf(stderr, "bench_replicate: %s\n", e.what());
+    return 1;
+  }
+}

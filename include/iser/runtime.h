@@ -1,0 +1,261 @@
+// GPU runtime (DESIGN §9): NCCL bootstrap, symmetric per-rank memory with peer pointers, helper
+// banks, count exchange, replication transports, READY gate, bank-reuse fence and home fallback.
+//
+// Two modes share one API:
+//  - one process per GPU: `Runtime(config, communicator)`; this process holds one rank;
+//  - logical ranks: `Runtime::logical(config)` places all P ranks on the current GPU in one
+//    process (tests, single-GPU development); every call then acts on all P ranks at once.
+// Calls that take a stream enqueue work and return; device-side failures (a peer that never
+// arrives) land in a status word that `status()` reads and `check_status()` turns into an
+// iser::Error. No CUDA types appear here: streams are `struct CUstream_st*` (= cudaStream_t).
+#pragma once
+
+#include <cstdint>
+#include <memory>
+#include <span>
+#include <string>
+#include <string_view>
+#include <vector>
+
+#include "iser/plan.h"
+
+struct CUstream_st;
+struct ncclComm;
+
+namespace iser {
+
+using StreamHandle = CUstream_st*;
+
+// Bumped whenever the memory layout or the device protocol changes; ranks must agree.
+inline constexpr int kRuntimeVersion = 1;
+inline constexpr int64_t kSliceBytes = 8192;      // replication unit
+inline constexpr int64_t kBundleAlignment = 256;  // scales start at a 256-byte boundary
+inline constexpr int64_t kSlotAlignment = 4096;   // every slot starts at a 4-KiB boundary
+inline constexpr int kDefaultCopySms = 8;
+inline constexpr int kMaxLocalCopyOps = 4096;
+
+// One expert's bytes as they sit in a slot (home or helper): weights at offset 0, scales at
+// scale_offset() = align_up(weight_bytes, 256), bundle bytes() = scale_offset() + scale_bytes.
+// Slots are slot_stride() = align_up(bytes(), 4096) apart. Both sizes must be multiples of 16.
+struct BundleLayout {
+  int64_t weight_bytes = 0;
+  int64_t scale_bytes = 0;
+
+  int64_t scale_offset() const;
+  int64_t bytes() const;
+  int64_t slot_stride() const;
+  int64_t num_slices() const { return (bytes() + kSliceBytes - 1) / kSliceBytes; }
+  void validate() const;  // throws iser::Error naming the field
+  friend bool operator==(const BundleLayout&, const BundleLayout&) = default;
+};
+
+enum class Transport : uint8_t {
+  kP2PDirect = 0,   // writer(s) store every slice to every member (SAMI ops keep SAMI slicing)
+  kP2PSami = 1,     // every op uses SAMI slicing: member i moves slices j = i (mod g)
+  kCopyEngine = 2,  // cudaMemcpyAsync from the owner to every member (needs a host copy list)
+  kMulticast = 3,   // multimem stores to a multicast object (refused where NCCL_NVLS_ENABLE=0)
+  kPlan = 4,        // as the plan says: owner-direct ops direct, SAMI ops SAMI (the default)
+};
+std::string_view to_string(Transport transport);
+Transport transport_from_string(std::string_view name);  // "p2p-direct", "p2p-sami", ...
+
+struct RuntimeConfig {
+  int num_ranks = 0;    // P
+  int num_experts = 0;  // E (P | E)
+  int num_slots = 0;    // S helper slots per rank per bank
+  BundleLayout bundle;
+  int num_layers = 1;  // home weight sets held in symmetric memory (one per MoE layer)
+  int num_banks = 1;   // helper banks shared by all layers (1 or 2); generation g uses g % banks
+  int copy_sms = kDefaultCopySms;  // CTAs per rank of the replicate kernel
+  int64_t timeout_us = 2'000'000;  // device-side waits give up (and report) after this
+
+  int experts_per_rank() const { return num_experts / num_ranks; }
+  void validate() const;  // throws iser::Error naming the field and value
+};
+
+// What a rank presents at set-up; all ranks must present identical fingerprints.
+struct ConfigFingerprint {
+  int32_t version = kRuntimeVersion;
+  int32_t num_ranks = 0;
+  int32_t num_experts = 0;
+  int32_t num_slots = 0;
+  int32_t num_layers = 0;
+  int32_t num_banks = 0;
+  int64_t weight_bytes = 0;
+  int64_t scale_bytes = 0;
+  friend bool operator==(const ConfigFingerprint&, const ConfigFingerprint&) = default;
+};
+ConfigFingerprint fingerprint(const RuntimeConfig& config);
+// Throws iser::Error naming the first rank whose fingerprint differs from rank 0's and the field.
+void check_fingerprints(std::span<const ConfigFingerprint> per_rank);
+
+// One replication the kernel executes (a flat, device-friendly Broadcast).
+struct CopyOp {
+  int32_t expert = 0;
+  int32_t owner = 0;
+  int32_t group_begin = 0;
+  int32_t group_size = 0;
+  int32_t helper = 0;  // helper index h: local slot H + h on every member
+  int32_t mode = 0;    // 0 owner-direct (owner writes), 1 SAMI (members write)
+};
+inline constexpr int32_t kCopyModeDirect = 0;
+inline constexpr int32_t kCopyModeSami = 1;
+// Plan -> copy list (plan order). Point-to-point broadcasts become owner-direct ops; resident
+// broadcasts are copied again (the runtime keeps no replica across generations yet).
+std::vector<CopyOp> make_copy_list(const Plan& plan);
+// Throws iser::Error naming the op and field when an op is outside the configuration.
+void validate_copy_list(const RuntimeConfig& config, std::span<const CopyOp> ops);
+
+// Device status of one local rank (read after the work completed).
+enum class StatusCode : uint32_t {
+  kOk = 0,
+  kCountTimeout = 1,    // count exchange: `peer` never published `tag` (the epoch)
+  kReadyTimeout = 2,    // READY gate: writer `peer` never published generation `tag`
+  kFenceTimeout = 3,    // reuse fence: member `peer` never released the bank of generation `tag`
+  kCopyFailed = 4,      // writer `peer` published generation `tag` as failed
+  kReadyOvertaken = 5,  // writer `peer` is already past generation `tag` (gate ran too late)
+};
+struct RuntimeStatus {
+  StatusCode code = StatusCode::kOk;
+  int32_t peer = -1;
+  uint64_t tag = 0;
+  uint64_t fallback_routes = 0;  // routes sent back to their home slot (cumulative)
+  std::string message() const;
+};
+
+// NCCL communicator: owned (created here) or borrowed from the caller.
+class Communicator {
+ public:
+  // Rank 0 writes a fresh unique id to `path` (mode 0600, inside `path`'s directory, created
+  // mode 0700 when missing and refused when group/other can enter it); other ranks wait for the
+  // file (up to timeout_ms). After initialisation rank 0 removes the file (and the directory when
+  // it created it).
+  static Communicator from_unique_id_file(const std::string& path, int rank, int num_ranks,
+                                          int timeout_ms = 60'000);
+  // The unique id as hex (new_unique_id_hex()) in environment variable `var`.
+  static Communicator from_env(int rank, int num_ranks, const char* var = "ISER_NCCL_UNIQUE_ID");
+  static std::string new_unique_id_hex();
+  // Borrow: the caller keeps ownership and destroys it after the runtime.
+  static Communicator borrow(ncclComm* comm);
+
+  Communicator(Communicator&&) noexcept;
+  Communicator& operator=(Communicator&&) noexcept;
+  Communicator(const Communicator&) = delete;
+  Communicator& operator=(const Communicator&) = delete;
+  ~Communicator();
+
+  int rank() const { return rank_; }
+  int size() const { return size_; }
+  ncclComm* get() const { return comm_; }
+
+ private:
+  Communicator(ncclComm* comm, bool owned);
+  ncclComm* comm_ = nullptr;
+  bool owned_ = false;
+  int rank_ = 0;
+  int size_ = 0;
+};
+
+class Runtime {
+ public:
+  // One process per GPU on the current device. Collective over the communicator: fingerprints
+  // are all-gathered and compared before any peer memory is mapped.
+  Runtime(const RuntimeConfig& config, Communicator& comm);
+  // All P ranks on the current device (peer pointers are plain pointers into one allocation).
+  static std::unique_ptr<Runtime> logical(const RuntimeConfig& config);
+  ~Runtime();
+  Runtime(const Runtime&) = delete;
+  Runtime& operator=(const Runtime&) = delete;
+
+  const RuntimeConfig& config() const { return config_; }
+  int first_rank() const { return first_rank_; }            // global rank of local rank 0
+  int num_local_ranks() const { return num_local_ranks_; }  // 1, or P in logical mode
+  bool is_logical() const { return num_local_ranks_ > 1 || comm_ == nullptr; }
+
+  // Device pointers into local rank `local_idx`'s symmetric memory.
+  void* home_bundle(int local_idx, int layer, int home_idx) const;
+  void* helper_slot(int local_idx, int bank, int helper_idx) const;
+  int bank_of(uint64_t generation) const {
+    return static_cast<int>(generation % static_cast<uint64_t>(config_.num_banks));
+  }
+
+  // Count exchange (epoch >= 1, increasing by one per call): `rows` [num_local][E] int32 device
+  // (each local rank's count row), `matrix` [num_local][P][E] int32 device (the full matrix as
+  // each local rank sees it).
+  void exchange_counts(const int32_t* rows, int32_t* matrix, uint64_t epoch, StreamHandle stream);
+
+  // Replicate generation `generation` (>= 1, increasing by one per call) of layer `layer`'s
+  // home bundles. `ops` is a device array of `num_ops` CopyOp (identical on every rank).
+  // Publishes READY (even with nothing to copy). Waits first (reuse fence) until every member it
+  // writes to released generation - num_banks. `num_sms` <= 0 means config().copy_sms.
+  void replicate(const CopyOp* ops, int num_ops, int layer, uint64_t generation,
+                 Transport transport, StreamHandle stream, int num_sms = 0);
+  // Logical mode only: replicate for local ranks [local_begin, local_end) (fault injection and
+  // per-rank streams in tests).
+  void replicate_ranks(int local_begin, int local_end, const CopyOp* ops, int num_ops, int layer,
+                       uint64_t generation, Transport transport, StreamHandle stream,
+                       int num_sms = 0);
+  // Copy-engine transport: the copy list must be on the host; owners issue cudaMemcpyAsync to
+  // every member, then READY is published.
+  void replicate_copy_engine(std::span<const CopyOp> ops, int layer, uint64_t generation,
+                             StreamHandle stream);
+
+  // READY gate: waits (acquire, up to timeout) for every writer of `ops` under `transport` (the
+  // one replicate used) to publish `generation`, then writes `slot_expert` [num_local][P*S]
+  // int32 device: the expert whose replica is valid in (rank d, helper h), or -1 (no replica /
+  // writer missing / failed: its routes fall back home).
+  void ready_gate(const CopyOp* ops, int num_ops, uint64_t generation, int32_t* slot_expert,
+                  StreamHandle stream, Transport transport = Transport::kPlan);
+  // Home fallback: for local rank i, routes (expert_ids[i][n], slot_ids[i][n]) whose slot is a
+  // helper slot without a valid replica of that expert go back to the expert's home slot.
+  // Counts the rewritten routes in the status.
+  void fallback_rewrite(const int32_t* slot_expert, const int32_t* expert_ids, int32_t* slot_ids,
+                        int64_t routes_per_rank, StreamHandle stream);
+  // Reuse fence: the consumer of `generation` on every local rank is done with its bank.
+  void release_bank(uint64_t generation, StreamHandle stream);
+
+  // Status of local rank `local_idx` (synchronises the device); check_status throws on errors.
+  RuntimeStatus status(int local_idx) const;
+  void check_status() const;
+  void clear_status();
+
+  // Byte offsets of the symmetric region (identical on every rank); see docs/runtime.md.
+  int64_t region_bytes() const { return region_bytes_; }
+  // Base of global rank r's region as mapped in this process (logical: one allocation).
+  void* peer_base(int rank_idx) const;
+
+ private:
+  explicit Runtime(const RuntimeConfig& config);
+  void allocate(int num_local);
+  void map_peers();
+  void release() noexcept;
+  void launch_replicate(int local_begin, int local_end, const CopyOp* ops, int num_ops, int layer,
+                        uint64_t generation, Transport transport, StreamHandle stream, int num_sms);
+
+  RuntimeConfig config_;
+  ncclComm* comm_ = nullptr;
+  int first_rank_ = 0;
+  int num_local_ranks_ = 0;
+  int64_t region_bytes_ = 0;
+  char* local_base_ = nullptr;         // this process's allocation (num_local regions)
+  std::vector<char*> peer_bases_;      // [P] as mapped here
+  std::vector<char*> opened_handles_;  // IPC mappings to close
+  void* device_peer_bases_ = nullptr;  // [P] char* on the device
+  void* device_scratch_ = nullptr;     // per local rank: status, grid counters
+  void* device_ce_ops_ = nullptr;      // copy-engine transport: staged copy list
+};
+
+// Multicast (NVLS) is allowed only where NCCL_NVLS_ENABLE is set and not "0". Returns false with
+// the reason otherwise; runtime calls asking for kMulticast throw iser::Error with it.
+bool multicast_allowed(std::string* reason = nullptr);
+
+// Address arithmetic of the multicast store path (host-testable): the byte offset inside a
+// group's multicast object of slice `slice_idx` of helper `helper_idx` in bank `bank`; the
+// object mirrors the helper-bank part of the symmetric region.
+int64_t multicast_offset(const RuntimeConfig& config, int bank, int helper_idx, int64_t slice_idx);
+// Index of the aligned group [group_begin, group_begin + group_size) among all aligned groups of
+// P ranks, coarse to fine (level l, group j -> 2^l - 1 + j): one multicast object each. Throws
+// for groups that are not aligned.
+int multicast_group_index(int num_ranks, int group_begin, int group_size);
+
+}  // namespace iser

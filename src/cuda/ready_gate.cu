@@ -1,0 +1,180 @@
+// READY gate, home fallback and bank release (DESIGN §9).
+#include "cuda/kernels.h"
+#include "cuda/sync.cuh"
+
+namespace iser::cuda {
+namespace {
+
+constexpr int kRankWords = 1024 / 32;
+
+struct GateConfig {
+  static constexpr int kThreads = 256;
+};
+
+struct GateParams {
+  RankSpace space;
+  const CopyOp* ops;
+  int32_t num_ops;
+  uint64_t generation;
+  int32_t* slot_expert;   // [num_local][P*S]
+  int32_t mode_override;  // as in ReplicateArgs: who wrote each op
+};
+
+// Waits for the writers of every op (the owner of an owner-direct op, the members of a SAMI op,
+// under the same mode override the replicate call used). A replica is valid only when all its
+// writers published exactly 2g+1 (drained, not failed); otherwise its routes fall back home.
+// NOTE: a rank acquires 2g+1 before it rewrites a route to (d, H+h); the writer's release is
+// cumulative over its stores to d, and d computes only on routes it receives after that decision
+// (causality order through the dispatch), so d reads the replica's bytes, never stale ones.
+__global__ void __launch_bounds__(GateConfig::kThreads) ready_gate_kernel(const GateParams p) {
+  __shared__ uint32_t needed[kRankWords];
+  __shared__ uint32_t ok[kRankWords];
+  const RankSpace& space = p.space;
+  const runtime::RegionLayout& layout = space.layout;
+  const int local_idx = static_cast<int>(blockIdx.x);
+  const int rank = space.first_rank + local_idx;
+  const int num_ranks = layout.num_ranks;
+  const int num_slots = layout.num_slots;
+  Scratch* scratch = space.scratch + local_idx;
+  for (int i = threadIdx.x; i < kRankWords; i += blockDim.x) {
+    needed[i] = 0;
+    ok[i] = 0;
+  }
+  __syncthreads();
+  for (int k = threadIdx.x; k < p.num_ops; k += blockDim.x) {
+    const CopyOp op = p.ops[k];
+    const int mode = p.mode_override >= 0 ? p.mode_override : op.mode;
+    if (mode == kCopyModeDirect) {
+      atomicOr(&needed[op.owner >> 5], 1u << (op.owner & 31));
+    } else {
+      for (int m = op.group_begin; m < op.group_begin + op.group_size; ++m) {
+        atomicOr(&needed[m >> 5], 1u << (m & 31));
+      }
+    }
+  }
+  __syncthreads();
+  const auto* flags =
+      reinterpret_cast<const uint64_t*>(space.peer_bases[rank] + layout.ready_flags);
+  const uint64_t want = 2 * p.generation + 1;
+  const uint64_t deadline = globaltimer_ns() + space.timeout_ns;
+  for (int w = threadIdx.x; w < num_ranks; w += blockDim.x) {
+    if (!((needed[w >> 5] >> (w & 31)) & 1u)) continue;
+    const uint64_t value = wait_at_least(flags + w, want - 1, deadline);
+    if (value == want) {
+      atomicOr(&ok[w >> 5], 1u << (w & 31));
+    } else {
+      const StatusCode code = value < want - 1    ? StatusCode::kReadyTimeout
+                              : value == want - 1 ? StatusCode::kCopyFailed
+                                                  : StatusCode::kReadyOvertaken;
+      report(scratch, static_cast<uint32_t>(code), w, p.generation);
+    }
+  }
+  int32_t* out = p.slot_expert + static_cast<int64_t>(local_idx) * num_ranks * num_slots;
+  for (int i = threadIdx.x; i < num_ranks * num_slots; i += blockDim.x) out[i] = -1;
+  __syncthreads();
+  for (int k = threadIdx.x; k < p.num_ops; k += blockDim.x) {
+    const CopyOp op = p.ops[k];
+    const int mode = p.mode_override >= 0 ? p.mode_override : op.mode;
+    bool valid = true;
+    for (int r = mode == kCopyModeDirect ? op.owner : op.group_begin;
+         r < (mode == kCopyModeDirect ? op.owner + 1 : op.group_begin + op.group_size); ++r) {
+      valid = valid && ((ok[r >> 5] >> (r & 31)) & 1u);
+    }
+    if (!valid) continue;
+    for (int m = op.group_begin; m < op.group_begin + op.group_size; ++m) {
+      out[m * num_slots + op.helper] = op.expert;
+    }
+  }
+}
+
+struct FallbackConfig {
+  static constexpr int kThreads = 256;
+  static constexpr int kMaxBlocks = 1024;
+};
+
+struct FallbackParams {
+  RankSpace space;
+  const int32_t* slot_expert;  // [num_local][P*S]
+  const int32_t* expert_ids;   // [num_local][routes]
+  int32_t* slot_ids;           // [num_local][routes]
+  int64_t routes_per_rank;
+};
+
+// A route whose helper slot holds no valid replica of its expert goes to the expert's home slot.
+__global__ void __launch_bounds__(FallbackConfig::kThreads)
+    fallback_rewrite_kernel(const FallbackParams p) {
+  const runtime::RegionLayout& layout = p.space.layout;
+  const int local_idx = static_cast<int>(blockIdx.y);
+  const int h = layout.experts_per_rank;
+  const int slots_per_rank = h + layout.num_slots;
+  const int32_t* valid =
+      p.slot_expert + static_cast<int64_t>(local_idx) * layout.num_ranks * layout.num_slots;
+  const int64_t base = static_cast<int64_t>(local_idx) * p.routes_per_rank;
+  unsigned long long rewritten = 0;
+  for (int64_t n = blockIdx.x * static_cast<int64_t>(blockDim.x) + threadIdx.x;
+       n < p.routes_per_rank; n += static_cast<int64_t>(gridDim.x) * blockDim.x) {
+    const int32_t slot = p.slot_ids[base + n];
+    if (slot < 0) continue;
+    const int dst_rank = slot / slots_per_rank;
+    const int local_slot = slot % slots_per_rank;
+    if (local_slot < h) continue;
+    const int32_t expert = p.expert_ids[base + n];
+    if (valid[dst_rank * layout.num_slots + (local_slot - h)] == expert) continue;
+    p.slot_ids[base + n] = (expert / h) * slots_per_rank + expert % h;
+    ++rewritten;
+  }
+  const unsigned long long warp_total =
+      __reduce_add_sync(0xffffffffu, static_cast<unsigned>(rewritten));
+  if ((threadIdx.x & 31) == 0 && warp_total > 0) {
+    atomicAdd(&p.space.scratch[local_idx].fallback_routes, warp_total);
+  }
+}
+
+struct ReleaseParams {
+  RankSpace space;
+  uint64_t generation;
+};
+
+// NOTE: stream order puts this after the consumer's kernels (their reads of the bank are done);
+// the release store tells every writer the bank of `generation` may be overwritten.
+__global__ void release_bank_kernel(const ReleaseParams p) {
+  const int local_idx = static_cast<int>(blockIdx.x);
+  const int rank = p.space.first_rank + local_idx;
+  for (int d = threadIdx.x; d < p.space.layout.num_ranks; d += blockDim.x) {
+    auto* flag =
+        reinterpret_cast<uint64_t*>(p.space.peer_bases[d] + p.space.layout.consumed_flags) + rank;
+    store_release_sys(flag, p.generation);
+  }
+}
+
+}  // namespace
+
+cudaError_t launch_ready_gate(const RankSpace& space, const CopyOp* ops, int num_ops,
+                              uint64_t generation, int32_t* slot_expert, int32_t mode_override,
+                              int num_local, cudaStream_t stream) {
+  GateParams params{space, ops, num_ops, generation, slot_expert, mode_override};
+  ready_gate_kernel<<<num_local, GateConfig::kThreads, 0, stream>>>(params);
+  return cudaGetLastError();
+}
+
+cudaError_t launch_fallback_rewrite(const RankSpace& space, const int32_t* slot_expert,
+                                    const int32_t* expert_ids, int32_t* slot_ids,
+                                    int64_t routes_per_rank, int num_local, cudaStream_t stream) {
+  if (routes_per_rank <= 0) return cudaSuccess;
+  const int64_t blocks =
+      (routes_per_rank + FallbackConfig::kThreads - 1) / FallbackConfig::kThreads;
+  const dim3 grid(static_cast<unsigned>(std::min<int64_t>(blocks, FallbackConfig::kMaxBlocks)),
+                  static_cast<unsigned>(num_local));
+  FallbackParams params{space, slot_expert, expert_ids, slot_ids, routes_per_rank};
+  fallback_rewrite_kernel<<<grid, FallbackConfig::kThreads, 0, stream>>>(params);
+  return cudaGetLastError();
+}
+
+cudaError_t launch_release_bank(const RankSpace& space, uint64_t generation, int num_local,
+                                cudaStream_t stream) {
+  ReleaseParams params{space, generation};
+  release_bank_kernel<<<num_local, 128, 0, stream>>>(params);
+  return cudaGetLastError();
+}
+
+}  // namespace iser::cuda

@@ -1,0 +1,82 @@
+// Launch unit of the replication kernel and the copy-engine transport's fence/publish kernels.
+#include "cuda/replicate.cuh"
+
+namespace iser::cuda {
+namespace {
+
+struct FenceParams {
+  RankSpace space;
+  const CopyOp* ops;
+  int32_t num_ops;
+  int32_t num_banks;
+  uint64_t generation;
+};
+
+struct FenceConfig {
+  static constexpr int kThreads = 256;
+};
+
+// Copy-engine transport, before the copies: the reuse fence. A blocked member cannot stop a
+// copy already enqueued, so the generation is marked failed (readers fall back to home slots).
+__global__ void __launch_bounds__(FenceConfig::kThreads)
+    copy_engine_fence_kernel(const FenceParams p) {
+  __shared__ uint32_t targets[ReplicateConfig::kRankWords];
+  __shared__ uint32_t blocked[ReplicateConfig::kRankWords];
+  const int local_idx = static_cast<int>(blockIdx.x);
+  const int w = p.space.first_rank + local_idx;
+  Scratch* scratch = p.space.scratch + local_idx;
+  const bool failed = fence_targets(p.space, p.ops, p.num_ops, kCopyModeDirect, w, p.generation,
+                                    p.num_banks, targets, blocked, scratch);
+  if (threadIdx.x == 0 && failed) atomicOr(&scratch->replicate_failed, 1u);
+}
+
+struct PublishParams {
+  RankSpace space;
+  uint64_t generation;
+};
+
+// Copy-engine transport, after the copies (stream order: they have completed).
+__global__ void __launch_bounds__(FenceConfig::kThreads)
+    publish_ready_kernel(const PublishParams p) {
+  const int local_idx = static_cast<int>(blockIdx.x);
+  publish_ready(p.space, p.space.first_rank + local_idx, p.generation, false, 1u,
+                p.space.scratch + local_idx);
+}
+
+}  // namespace
+
+cudaError_t launch_replicate(const RankSpace& space, const ReplicateArgs& args, int local_begin,
+                             int local_end, int num_sms, cudaStream_t stream) {
+  ReplicateParams params;
+  params.space = space;
+  params.args = args;
+  params.local_begin = local_begin;
+  const dim3 grid(static_cast<unsigned>(num_sms), static_cast<unsigned>(local_end - local_begin));
+  if (args.store == StoreKind::kMulticast) {
+    replicate_kernel<StoreKind::kMulticast><<<grid, ReplicateConfig::kThreads, 0, stream>>>(params);
+  } else {
+    replicate_kernel<StoreKind::kPeer><<<grid, ReplicateConfig::kThreads, 0, stream>>>(params);
+  }
+  return cudaGetLastError();
+}
+
+cudaError_t launch_copy_engine_fence(const RankSpace& space, const CopyOp* ops, int num_ops,
+                                     uint64_t generation, int num_banks, int num_local,
+                                     cudaStream_t stream) {
+  FenceParams params{space, ops, num_ops, num_banks, generation};
+  copy_engine_fence_kernel<<<num_local, FenceConfig::kThreads, 0, stream>>>(params);
+  return cudaGetLastError();
+}
+
+cudaError_t launch_publish_ready(const RankSpace& space, uint64_t generation, int num_local,
+                                 cudaStream_t stream) {
+  PublishParams params{space, generation};
+  publish_ready_kernel<<<num_local, FenceConfig::kThreads, 0, stream>>>(params);
+  return cudaGetLastError();
+}
+
+size_t scratch_bytes() {
+  return sizeof(Scratch);
+}
+
+}  // namespace iser::cuda

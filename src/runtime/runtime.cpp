@@ -1,0 +1,369 @@
+// Runtime set-up (symmetric memory, peer mappings) and the host side of every runtime call.
+#include <algorithm>
+#include <cstring>
+#include <vector>
+
+#include <cuda_runtime.h>
+#include <nccl.h>
+
+#include "cuda/kernels.h"
+#include "iser/error.h"
+#include "iser/runtime.h"
+#include "runtime/layout.h"
+
+namespace iser {
+namespace {
+
+// All-gather of a trivially copyable value over NCCL (set-up only; synchronous).
+template <typename T>
+std::vector<T> all_gather(ncclComm* comm, const T& mine, int num_ranks) {
+  static_assert(std::is_trivially_copyable_v<T>);
+  char* device = nullptr;
+  ISER_CUDA_CHECK(cudaMalloc(&device, sizeof(T) * (num_ranks + 1)));
+  std::vector<T> all(num_ranks);
+  cudaStream_t stream = nullptr;
+  try {
+    ISER_CUDA_CHECK(cudaStreamCreateWithFlags(&stream, cudaStreamNonBlocking));
+    ISER_CUDA_CHECK(cudaMemcpy(device, &mine, sizeof(T), cudaMemcpyHostToDevice));
+    ISER_NCCL_CHECK(ncclAllGather(device, device + sizeof(T), sizeof(T), ncclChar, comm, stream));
+    ISER_CUDA_CHECK(cudaStreamSynchronize(stream));
+    ISER_CUDA_CHECK(
+        cudaMemcpy(all.data(), device + sizeof(T), sizeof(T) * num_ranks, cudaMemcpyDeviceToHost));
+  } catch (...) {
+    if (stream) cudaStreamDestroy(stream);
+    cudaFree(device);
+    throw;
+  }
+  cudaStreamDestroy(stream);
+  cudaFree(device);
+  return all;
+}
+
+struct IpcRecord {
+  cudaIpcMemHandle_t handle;
+  int32_t device;
+};
+
+}  // namespace
+
+Runtime::Runtime(const RuntimeConfig& config) : config_(config) {}
+
+std::unique_ptr<Runtime> Runtime::logical(const RuntimeConfig& config) {
+  config.validate();
+  std::unique_ptr<Runtime> rt(new Runtime(config));
+  rt->first_rank_ = 0;
+  rt->allocate(config.num_ranks);
+  const int64_t stride = rt->region_bytes_;
+  rt->peer_bases_.resize(config.num_ranks);
+  for (int r = 0; r < config.num_ranks; ++r) rt->peer_bases_[r] = rt->local_base_ + r * stride;
+  ISER_CUDA_CHECK(cudaMemcpy(rt->device_peer_bases_, rt->peer_bases_.data(),
+                             sizeof(char*) * config.num_ranks, cudaMemcpyHostToDevice));
+  return rt;
+}
+
+Runtime::Runtime(const RuntimeConfig& config, Communicator& comm) : config_(config) {
+  comm_ = comm.get();
+  const int num_ranks = comm.size();
+  first_rank_ = comm.rank();
+  // NOTE: every rank takes part in the fingerprint all-gather even when its own configuration is
+  // invalid, so a bad rank makes every rank fail with the same diagnosis instead of a hang.
+  ConfigFingerprint mine = fingerprint(config);
+  std::string local_error;
+  try {
+    config.validate();
+    ISER_CHECK(config.num_ranks == num_ranks,
+               "runtime set-up: config num_ranks = {} but the communicator has {} ranks",
+               config.num_ranks, num_ranks);
+  } catch (const Error& e) {
+    local_error = e.what();
+    mine.version = -1;
+  }
+  const std::vector<ConfigFingerprint> all = all_gather(comm_, mine, num_ranks);
+  ISER_CHECK(local_error.empty(), "{}", local_error);
+  check_fingerprints(all);
+
+  try {
+    map_peers();
+  } catch (...) {
+    release();  // the destructor does not run for a throwing constructor
+    throw;
+  }
+}
+
+void Runtime::map_peers() {
+  const int num_ranks = config_.num_ranks;
+  allocate(1);
+  // Zeroed control words exist before any peer learns where they are (the handles below).
+  IpcRecord record{};
+  ISER_CUDA_CHECK(cudaIpcGetMemHandle(&record.handle, local_base_));
+  ISER_CUDA_CHECK(cudaGetDevice(&record.device));
+  const std::vector<IpcRecord> records = all_gather(comm_, record, num_ranks);
+  peer_bases_.assign(num_ranks, nullptr);
+  for (int r = 0; r < num_ranks; ++r) {
+    if (r == first_rank_) {
+      peer_bases_[r] = local_base_;
+      continue;
+    }
+    int can_access = 0;
+    ISER_CUDA_CHECK(cudaDeviceCanAccessPeer(&can_access, record.device, records[r].device));
+    ISER_CHECK(can_access,
+               "runtime set-up: device {} (rank {}) cannot access device {} (rank {}) "
+               "over P2P",
+               record.device, first_rank_, records[r].device, r);
+    void* mapped = nullptr;
+    ISER_CUDA_CHECK(
+        cudaIpcOpenMemHandle(&mapped, records[r].handle, cudaIpcMemLazyEnablePeerAccess));
+    peer_bases_[r] = static_cast<char*>(mapped);
+    opened_handles_.push_back(peer_bases_[r]);
+  }
+  ISER_CUDA_CHECK(cudaMemcpy(device_peer_bases_, peer_bases_.data(), sizeof(char*) * num_ranks,
+                             cudaMemcpyHostToDevice));
+  // Every rank has mapped every peer before anyone returns (a barrier over the all-gather).
+  (void)all_gather(comm_, int32_t{1}, num_ranks);
+}
+
+void Runtime::allocate(int num_local) {
+  const runtime::RegionLayout layout = runtime::make_region_layout(config_);
+  region_bytes_ = layout.total;
+  num_local_ranks_ = num_local;
+  ISER_CUDA_CHECK(cudaMalloc(&local_base_, region_bytes_ * num_local));
+  ISER_CUDA_CHECK(cudaMemset(local_base_, 0, region_bytes_ * num_local));
+  ISER_CUDA_CHECK(cudaMalloc(&device_peer_bases_, sizeof(char*) * config_.num_ranks));
+  ISER_CUDA_CHECK(cudaMalloc(&device_scratch_, cuda::scratch_bytes() * num_local));
+  ISER_CUDA_CHECK(cudaMemset(device_scratch_, 0, cuda::scratch_bytes() * num_local));
+  ISER_CUDA_CHECK(cudaMalloc(&device_ce_ops_, sizeof(CopyOp) * kMaxLocalCopyOps));
+  ISER_CUDA_CHECK(cudaDeviceSynchronize());
+}
+
+Runtime::~Runtime() {
+  release();
+}
+
+void Runtime::release() noexcept {
+  cudaDeviceSynchronize();
+  for (char* p : opened_handles_) cudaIpcCloseMemHandle(p);
+  opened_handles_.clear();
+  cudaFree(device_ce_ops_);
+  cudaFree(device_scratch_);
+  cudaFree(device_peer_bases_);
+  cudaFree(local_base_);
+  device_ce_ops_ = device_scratch_ = device_peer_bases_ = nullptr;
+  local_base_ = nullptr;
+}
+
+void* Runtime::peer_base(int rank_idx) const {
+  ISER_CHECK(rank_idx >= 0 && rank_idx < config_.num_ranks, "runtime: rank = {} not in [0, {})",
+             rank_idx, config_.num_ranks);
+  return peer_bases_[rank_idx];
+}
+
+void* Runtime::home_bundle(int local_idx, int layer, int home_idx) const {
+  ISER_CHECK(local_idx >= 0 && local_idx < num_local_ranks_,
+             "runtime: local rank = {} not in "
+             "[0, {})",
+             local_idx, num_local_ranks_);
+  ISER_CHECK(layer >= 0 && layer < config_.num_layers, "runtime: layer = {} not in [0, {})", layer,
+             config_.num_layers);
+  ISER_CHECK(home_idx >= 0 && home_idx < config_.experts_per_rank(),
+             "runtime: home expert = {} not in [0, {})", home_idx, config_.experts_per_rank());
+  const runtime::RegionLayout layout = runtime::make_region_layout(config_);
+  return local_base_ + local_idx * region_bytes_ + layout.home_slot(layer, home_idx);
+}
+
+void* Runtime::helper_slot(int local_idx, int bank, int helper_idx) const {
+  ISER_CHECK(local_idx >= 0 && local_idx < num_local_ranks_,
+             "runtime: local rank = {} not in "
+             "[0, {})",
+             local_idx, num_local_ranks_);
+  ISER_CHECK(bank >= 0 && bank < config_.num_banks, "runtime: bank = {} not in [0, {})", bank,
+             config_.num_banks);
+  ISER_CHECK(helper_idx >= 0 && helper_idx < config_.num_slots,
+             "runtime: helper = {} not in [0, {})", helper_idx, config_.num_slots);
+  const runtime::RegionLayout layout = runtime::make_region_layout(config_);
+  return local_base_ + local_idx * region_bytes_ + layout.helper_slot(bank, helper_idx);
+}
+
+namespace {
+
+cuda::RankSpace make_space(const RuntimeConfig& config, void* peer_bases, int first_rank,
+                           void* scratch) {
+  cuda::RankSpace space;
+  space.peer_bases = static_cast<char* const*>(peer_bases);
+  space.layout = runtime::make_region_layout(config);
+  space.first_rank = first_rank;
+  space.scratch = static_cast<cuda::Scratch*>(scratch);
+  space.timeout_ns = static_cast<uint64_t>(config.timeout_us) * 1000;
+  return space;
+}
+
+// Who writes an op under a transport (-1: as the op says).
+int32_t mode_override(Transport transport) {
+  switch (transport) {
+    case Transport::kP2PDirect:
+    case Transport::kCopyEngine:
+      return kCopyModeDirect;
+    case Transport::kP2PSami:
+      return kCopyModeSami;
+    case Transport::kPlan:
+    case Transport::kMulticast:
+      return -1;
+  }
+  return -1;
+}
+
+}  // namespace
+
+void Runtime::exchange_counts(const int32_t* rows, int32_t* matrix, uint64_t epoch,
+                              StreamHandle stream) {
+  ISER_CHECK(epoch >= 1, "count exchange: epoch = {} must be >= 1", epoch);
+  ISER_CHECK(rows != nullptr && matrix != nullptr, "count exchange: null rows or matrix");
+  ISER_CUDA_CHECK(cuda::launch_count_exchange(
+      make_space(config_, device_peer_bases_, first_rank_, device_scratch_), rows, matrix, epoch,
+      num_local_ranks_, stream));
+}
+
+void Runtime::replicate(const CopyOp* ops, int num_ops, int layer, uint64_t generation,
+                        Transport transport, StreamHandle stream, int num_sms) {
+  launch_replicate(0, num_local_ranks_, ops, num_ops, layer, generation, transport, stream,
+                   num_sms);
+}
+
+void Runtime::replicate_ranks(int local_begin, int local_end, const CopyOp* ops, int num_ops,
+                              int layer, uint64_t generation, Transport transport,
+                              StreamHandle stream, int num_sms) {
+  ISER_CHECK(0 <= local_begin && local_begin < local_end && local_end <= num_local_ranks_,
+             "replicate: local ranks [{}, {}) not inside [0, {})", local_begin, local_end,
+             num_local_ranks_);
+  launch_replicate(local_begin, local_end, ops, num_ops, layer, generation, transport, stream,
+                   num_sms);
+}
+
+void Runtime::launch_replicate(int local_begin, int local_end, const CopyOp* ops, int num_ops,
+                               int layer, uint64_t generation, Transport transport,
+                               StreamHandle stream, int num_sms) {
+  ISER_CHECK(generation >= 1, "replicate: generation = {} must be >= 1", generation);
+  ISER_CHECK(layer >= 0 && layer < config_.num_layers, "replicate: layer = {} not in [0, {})",
+             layer, config_.num_layers);
+  ISER_CHECK(num_ops >= 0 && num_ops <= kMaxLocalCopyOps, "replicate: num_ops = {} not in [0, {}]",
+             num_ops, kMaxLocalCopyOps);
+  ISER_CHECK(num_ops == 0 || ops != nullptr, "replicate: {} ops but a null op list", num_ops);
+  ISER_CHECK(num_sms >= 0 && num_sms <= 1024, "replicate: num_sms = {} not in [0, 1024]", num_sms);
+  cuda::ReplicateArgs args;
+  args.ops = ops;
+  args.num_ops = num_ops;
+  args.layer = layer;
+  args.bank = bank_of(generation);
+  args.generation = generation;
+  switch (transport) {
+    case Transport::kPlan:
+      args.mode_override = -1;
+      break;
+    case Transport::kP2PDirect:
+      args.mode_override = kCopyModeDirect;
+      break;
+    case Transport::kP2PSami:
+      args.mode_override = kCopyModeSami;
+      break;
+    case Transport::kCopyEngine:
+      throw Error(
+          "replicate: the copy-engine transport needs a host copy list "
+          "(Runtime::replicate_copy_engine)");
+    case Transport::kMulticast: {
+      std::string reason;
+      ISER_CHECK(multicast_allowed(&reason), "{}", reason);
+      throw Error(
+          "replicate: multicast transport: this build binds no multicast objects (the kernel "
+          "path is compiled; creating NVLS objects is not implemented)");
+    }
+  }
+  ISER_CUDA_CHECK(cuda::launch_replicate(
+      make_space(config_, device_peer_bases_, first_rank_, device_scratch_), args, local_begin,
+      local_end, num_sms > 0 ? num_sms : config_.copy_sms, stream));
+}
+
+void Runtime::replicate_copy_engine(std::span<const CopyOp> ops, int layer, uint64_t generation,
+                                    StreamHandle stream) {
+  ISER_CHECK(generation >= 1, "replicate: generation = {} must be >= 1", generation);
+  ISER_CHECK(layer >= 0 && layer < config_.num_layers, "replicate: layer = {} not in [0, {})",
+             layer, config_.num_layers);
+  validate_copy_list(config_, ops);
+  const cuda::RankSpace space =
+      make_space(config_, device_peer_bases_, first_rank_, device_scratch_);
+  if (!ops.empty()) {
+    ISER_CUDA_CHECK(cudaMemcpyAsync(device_ce_ops_, ops.data(), ops.size_bytes(),
+                                    cudaMemcpyHostToDevice, stream));
+  }
+  const int bank = bank_of(generation);
+  ISER_CUDA_CHECK(cuda::launch_copy_engine_fence(space, static_cast<const CopyOp*>(device_ce_ops_),
+                                                 static_cast<int>(ops.size()), generation,
+                                                 config_.num_banks, num_local_ranks_, stream));
+  const runtime::RegionLayout& layout = space.layout;
+  const int h = config_.experts_per_rank();
+  for (const CopyOp& op : ops) {
+    if (op.owner < first_rank_ || op.owner >= first_rank_ + num_local_ranks_) continue;
+    const char* src = peer_bases_[op.owner] + layout.home_slot(layer, op.expert % h);
+    for (int m = op.group_begin; m < op.group_begin + op.group_size; ++m) {
+      char* dst = peer_bases_[m] + layout.helper_slot(bank, op.helper);
+      ISER_CUDA_CHECK(cudaMemcpyAsync(dst, src, static_cast<size_t>(layout.bundle_bytes),
+                                      cudaMemcpyDeviceToDevice, stream));
+    }
+  }
+  ISER_CUDA_CHECK(cuda::launch_publish_ready(space, generation, num_local_ranks_, stream));
+}
+
+void Runtime::ready_gate(const CopyOp* ops, int num_ops, uint64_t generation, int32_t* slot_expert,
+                         StreamHandle stream, Transport transport) {
+  ISER_CHECK(generation >= 1, "READY gate: generation = {} must be >= 1", generation);
+  ISER_CHECK(num_ops >= 0 && num_ops <= kMaxLocalCopyOps, "READY gate: num_ops = {} not in [0, {}]",
+             num_ops, kMaxLocalCopyOps);
+  ISER_CHECK(num_ops == 0 || ops != nullptr, "READY gate: {} ops but a null op list", num_ops);
+  ISER_CHECK(slot_expert != nullptr, "READY gate: null slot_expert");
+  ISER_CUDA_CHECK(cuda::launch_ready_gate(
+      make_space(config_, device_peer_bases_, first_rank_, device_scratch_), ops, num_ops,
+      generation, slot_expert, mode_override(transport), num_local_ranks_, stream));
+}
+
+void Runtime::fallback_rewrite(const int32_t* slot_expert, const int32_t* expert_ids,
+                               int32_t* slot_ids, int64_t routes_per_rank, StreamHandle stream) {
+  ISER_CUDA_CHECK(cuda::launch_fallback_rewrite(
+      make_space(config_, device_peer_bases_, first_rank_, device_scratch_), slot_expert,
+      expert_ids, slot_ids, routes_per_rank, num_local_ranks_, stream));
+}
+
+void Runtime::release_bank(uint64_t generation, StreamHandle stream) {
+  ISER_CUDA_CHECK(cuda::launch_release_bank(
+      make_space(config_, device_peer_bases_, first_rank_, device_scratch_), generation,
+      num_local_ranks_, stream));
+}
+
+RuntimeStatus Runtime::status(int local_idx) const {
+  ISER_CHECK(local_idx >= 0 && local_idx < num_local_ranks_,
+             "status: local rank = {} not in "
+             "[0, {})",
+             local_idx, num_local_ranks_);
+  ISER_CUDA_CHECK(cudaDeviceSynchronize());
+  cuda::Scratch scratch{};
+  ISER_CUDA_CHECK(
+      cudaMemcpy(&scratch, static_cast<char*>(device_scratch_) + cuda::scratch_bytes() * local_idx,
+                 sizeof(scratch), cudaMemcpyDeviceToHost));
+  RuntimeStatus s;
+  s.code = static_cast<StatusCode>(scratch.code);
+  s.peer = scratch.peer;
+  s.tag = scratch.tag;
+  s.fallback_routes = scratch.fallback_routes;
+  return s;
+}
+
+void Runtime::check_status() const {
+  for (int i = 0; i < num_local_ranks_; ++i) {
+    const RuntimeStatus s = status(i);
+    ISER_CHECK(s.code == StatusCode::kOk, "runtime: rank {}: {}", first_rank_ + i, s.message());
+  }
+}
+
+void Runtime::clear_status() {
+  ISER_CUDA_CHECK(cudaDeviceSynchronize());
+  ISER_CUDA_CHECK(cudaMemset(device_scratch_, 0, cuda::scratch_bytes() * num_local_ranks_));
+}
+
+}  // namespace iser

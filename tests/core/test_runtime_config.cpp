@@ -1,0 +1,179 @@
+// CPU half of the runtime: configuration checks, fingerprints, copy lists, region layout and the
+// multicast guard + address arithmetic (the multicast path is never run on the lent machines).
+#include <gtest/gtest.h>
+
+#include <cstdlib>
+#include <string>
+
+#include "iser/error.h"
+#include "iser/runtime.h"
+#include "runtime/layout.h"
+
+namespace iser {
+namespace {
+
+RuntimeConfig small_config() {
+  RuntimeConfig c;
+  c.num_ranks = 4;
+  c.num_experts = 16;
+  c.num_slots = 2;
+  c.bundle = {50000, 1248};
+  return c;
+}
+
+void expect_error(const auto& fn, const std::string& needle) {
+  try {
+    fn();
+    ADD_FAILURE() << "no iser::Error; expected one mentioning '" << needle << "'";
+  } catch (const Error& e) {
+    EXPECT_NE(std::string(e.what()).find(needle), std::string::npos) << e.what();
+  }
+}
+
+TEST(RuntimeConfig, BundleLayout) {
+  const BundleLayout b{50000, 1248};
+  EXPECT_EQ(b.scale_offset(), 50176);  // align_up(50000, 256)
+  EXPECT_EQ(b.bytes(), 50176 + 1248);
+  EXPECT_EQ(b.slot_stride(), 53248);   // align_up(51424, 4096)
+  EXPECT_EQ(b.num_slices(), 7);        // ceil(51424 / 8192)
+  const BundleLayout paper{37'158'912, 0};
+  EXPECT_EQ(paper.num_slices(), 4536);
+  expect_error([] { BundleLayout{50001, 0}.validate(); }, "weight_bytes = 50001");
+  expect_error([] { BundleLayout{0, 0}.validate(); }, "weight_bytes = 0");
+  expect_error([] { BundleLayout{16, 8}.validate(); }, "scale_bytes = 8");
+}
+
+TEST(RuntimeConfig, ValidateNamesTheField) {
+  RuntimeConfig c = small_config();
+  c.validate();
+  c.num_experts = 18;
+  expect_error([&] { c.validate(); }, "num_experts = 18");
+  c = small_config();
+  c.num_banks = 3;
+  expect_error([&] { c.validate(); }, "num_banks = 3");
+  c = small_config();
+  c.copy_sms = 0;
+  expect_error([&] { c.validate(); }, "copy_sms = 0");
+}
+
+TEST(RuntimeConfig, FingerprintMismatchNamesRankAndField) {
+  const RuntimeConfig c = small_config();
+  std::vector<ConfigFingerprint> all(4, fingerprint(c));
+  check_fingerprints(all);
+  all[2].num_slots = 3;
+  expect_error([&] { check_fingerprints(all); }, "rank 2 presents num_slots (S) = 3");
+  all[2] = fingerprint(c);
+  all[3].scale_bytes = 0;
+  expect_error([&] { check_fingerprints(all); }, "rank 3 presents bundle scale_bytes = 0");
+  all[3] = fingerprint(c);
+  all[1].version = kRuntimeVersion + 1;
+  expect_error([&] { check_fingerprints(all); }, "rank 1 presents version");
+  all[1].version = -1;
+  expect_error([&] { check_fingerprints(all); }, "rank 1 rejected its own configuration");
+}
+
+TEST(RuntimeConfig, CopyListFromPlan) {
+  Plan plan;
+  Broadcast a;
+  a.expert = 5;
+  a.owner = 1;
+  a.group_begin = 0;
+  a.group_size = 4;
+  a.helper = 1;
+  a.mode = TransportMode::kSami;
+  Broadcast b = a;
+  b.expert = 14;
+  b.owner = 3;
+  b.group_begin = 2;
+  b.group_size = 2;
+  b.helper = 0;
+  b.mode = TransportMode::kPointToPoint;
+  plan.broadcasts = {a, b};
+  const auto ops = make_copy_list(plan);
+  ASSERT_EQ(ops.size(), 2u);
+  EXPECT_EQ(ops[0].mode, kCopyModeSami);
+  EXPECT_EQ(ops[1].mode, kCopyModeDirect);
+  EXPECT_EQ(ops[1].group_begin, 2);
+  const RuntimeConfig c = small_config();
+  validate_copy_list(c, ops);
+  auto bad = ops;
+  bad[1].helper = 1;  // rank 2 and 3 already hold helper 1 from op 0
+  expect_error([&] { validate_copy_list(c, bad); }, "reuses helper 1 of rank 2");
+  bad = ops;
+  bad[0].owner = 2;
+  expect_error([&] { validate_copy_list(c, bad); }, "op 0 owner = 2");
+  bad = ops;
+  bad[1].group_size = 3;
+  expect_error([&] { validate_copy_list(c, bad); }, "group [2, 5)");
+}
+
+TEST(RuntimeConfig, RegionLayoutIsAlignedAndDisjoint) {
+  RuntimeConfig c = small_config();
+  c.num_layers = 3;
+  c.num_banks = 2;
+  const runtime::RegionLayout l = runtime::make_region_layout(c);
+  EXPECT_EQ(l.count_row(1, 3) - l.count_rows, (1 * 4 + 3) * 16 * 4);
+  EXPECT_GE(l.count_flags, l.count_row(1, 3) + 16 * 4);
+  EXPECT_GE(l.ready_flags, l.count_flags + 4 * 8);
+  EXPECT_GE(l.consumed_flags, l.ready_flags + 4 * 8);
+  EXPECT_GE(l.home, l.consumed_flags + 4 * 8);
+  EXPECT_EQ(l.home % kSlotAlignment, 0);
+  EXPECT_EQ(l.home_slot(2, 3), l.home + (2 * 4 + 3) * 53248);
+  EXPECT_EQ(l.helper, l.home + 3 * 4 * 53248);
+  EXPECT_EQ(l.helper_slot(1, 1), l.helper + 3 * 53248);
+  EXPECT_GE(l.total, l.helper + 2 * 2 * 53248);
+  EXPECT_EQ(l.total % (2 << 20), 0);
+}
+
+TEST(Multicast, RefusedUnlessNvlsIsEnabled) {
+  const char* saved = std::getenv("NCCL_NVLS_ENABLE");
+  const std::string saved_value = saved ? saved : "";
+  std::string reason;
+  ::setenv("NCCL_NVLS_ENABLE", "0", 1);
+  EXPECT_FALSE(multicast_allowed(&reason));
+  EXPECT_NE(reason.find("NCCL_NVLS_ENABLE=0"), std::string::npos) << reason;
+  ::unsetenv("NCCL_NVLS_ENABLE");
+  EXPECT_FALSE(multicast_allowed(&reason));
+  ::setenv("NCCL_NVLS_ENABLE", "1", 1);
+  EXPECT_TRUE(multicast_allowed(&reason));
+  if (saved) {
+    ::setenv("NCCL_NVLS_ENABLE", saved_value.c_str(), 1);
+  } else {
+    ::unsetenv("NCCL_NVLS_ENABLE");
+  }
+}
+
+TEST(Multicast, AddressArithmetic) {
+  RuntimeConfig c = small_config();
+  c.num_banks = 2;
+  // The object mirrors the helper banks: [bank][helper] slots of slot_stride, 8-KiB slices.
+  EXPECT_EQ(multicast_offset(c, 0, 0, 0), 0);
+  EXPECT_EQ(multicast_offset(c, 0, 1, 2), 53248 + 2 * 8192);
+  EXPECT_EQ(multicast_offset(c, 1, 1, 6), (2 + 1) * 53248 + 6 * 8192);
+  const runtime::RegionLayout l = runtime::make_region_layout(c);
+  for (int bank = 0; bank < 2; ++bank) {
+    for (int h = 0; h < 2; ++h) {
+      EXPECT_EQ(multicast_offset(c, bank, h, 3), l.helper_slot(bank, h) - l.helper + 3 * 8192);
+    }
+  }
+  expect_error([&] { multicast_offset(c, 0, 0, 7); }, "slice = 7");
+  expect_error([&] { multicast_offset(c, 2, 0, 0); }, "bank = 2");
+  // Aligned groups of 8 ranks, coarse to fine: [0,8) -> 0; [0,4),[4,8) -> 1,2; pairs -> 3..6.
+  EXPECT_EQ(multicast_group_index(8, 0, 8), 0);
+  EXPECT_EQ(multicast_group_index(8, 4, 4), 2);
+  EXPECT_EQ(multicast_group_index(8, 6, 2), 6);
+  EXPECT_EQ(multicast_group_index(8, 7, 1), 14);
+  expect_error([&] { multicast_group_index(8, 2, 4); }, "not aligned");
+  expect_error([&] { multicast_group_index(12, 0, 4); }, "power-of-two");
+}
+
+TEST(RuntimeConfig, TransportNames) {
+  for (Transport t : {Transport::kP2PDirect, Transport::kP2PSami, Transport::kCopyEngine,
+                      Transport::kMulticast, Transport::kPlan}) {
+    EXPECT_EQ(transport_from_string(to_string(t)), t);
+  }
+  expect_error([] { transport_from_string("nvls"); }, "'nvls'");
+}
+
+}  // namespace
+}  // namespace iser

@@ -1,0 +1,287 @@
+// Runtime on one GPU with P logical ranks (P = 4, 8, 16): replicas byte-identical to their
+// owners' bundles for every transport, SAMI slice ownership, owners outside their group, the
+// count exchange, READY with nothing to copy and over 1,000 generations.
+#include <gtest/gtest.h>
+
+#include <random>
+
+#include "runtime_test_util.h"
+
+namespace iser::testing {
+namespace {
+
+RuntimeConfig logical_config(int num_ranks, int num_banks = 1) {
+  RuntimeConfig c;
+  c.num_ranks = num_ranks;
+  c.num_experts = num_ranks * 4;
+  c.num_slots = 3;
+  c.bundle = {50000, 1248};  // 7 slices, the last one partial; scales at 50176
+  c.num_layers = 2;
+  c.num_banks = num_banks;
+  c.copy_sms = 4;
+  c.timeout_us = 2'000'000;
+  return c;
+}
+
+// The other ranks publish `generation` with nothing to copy (the next generation's reuse fence
+// waits until every writer of this one finished).
+void publish_others(Runtime& rt, int writer, uint64_t generation) {
+  if (writer > 0)
+    rt.replicate_ranks(0, writer, nullptr, 0, 0, generation, Transport::kPlan, nullptr);
+  if (writer + 1 < rt.num_local_ranks()) {
+    rt.replicate_ranks(writer + 1, rt.num_local_ranks(), nullptr, 0, 0, generation,
+                       Transport::kPlan, nullptr);
+  }
+  ASSERT_EQ(cudaDeviceSynchronize(), cudaSuccess);
+}
+
+class LogicalRanks : public ::testing::TestWithParam<int> {
+ protected:
+  void SetUp() override {
+    ISER_REQUIRE_GPUS(1);
+    ISER_EXPECT_CUDA(cudaSetDevice(0));
+    ISER_EXPECT_CUDA(cudaStreamCreateWithFlags(&stream_, cudaStreamNonBlocking));
+  }
+  void TearDown() override {
+    if (stream_) cudaStreamDestroy(stream_);
+  }
+  cudaStream_t stream_ = nullptr;
+};
+
+// Every transport, random plans (owners inside and outside their groups, both modes).
+TEST_P(LogicalRanks, ReplicasMatchOwnersForEveryTransport) {
+  const RuntimeConfig c = logical_config(GetParam());
+  auto rt = Runtime::logical(c);
+  fill_homes(*rt);
+  std::mt19937 rng(1234 + GetParam());
+  DeviceVector<int32_t> slot_expert(static_cast<size_t>(c.num_ranks) * c.num_ranks * c.num_slots);
+  uint64_t generation = 0;
+  for (Transport t :
+       {Transport::kPlan, Transport::kP2PDirect, Transport::kP2PSami, Transport::kCopyEngine}) {
+    for (int round = 0; round < 3; ++round) {
+      ++generation;
+      const int layer = static_cast<int>(generation % 2);
+      const std::vector<CopyOp> ops = random_ops(c, rng, 4 * c.num_slots);
+      poison_helpers(*rt);
+      DeviceVector<CopyOp> device_ops(ops);
+      if (t == Transport::kCopyEngine) {
+        rt->replicate_copy_engine(ops, layer, generation, stream_);
+      } else {
+        rt->replicate(device_ops.get(), static_cast<int>(ops.size()), layer, generation, t, stream_,
+                      1 + round * 3);
+      }
+      rt->ready_gate(device_ops.get(), static_cast<int>(ops.size()), generation, slot_expert.get(),
+                     stream_, t);
+      ISER_EXPECT_CUDA(cudaStreamSynchronize(stream_));
+      rt->check_status();
+      expect_bank(*rt, ops, layer, 0, std::string(to_string(t)).c_str());
+      const auto want = expected_slot_expert(c, ops);
+      const auto got = slot_expert.download();
+      for (int i = 0; i < c.num_ranks; ++i) {
+        EXPECT_EQ(std::vector<int32_t>(got.begin() + i * want.size(),
+                                       got.begin() + (i + 1) * want.size()),
+                  want)
+            << "slot_expert of rank " << i;
+      }
+      for (int r = 0; r < c.num_ranks; ++r) {
+        for (uint64_t v : read_flags(*rt, r, runtime::make_region_layout(c).ready_flags)) {
+          EXPECT_EQ(v, 2 * generation + 1) << "READY flag on rank " << r;
+        }
+      }
+      rt->release_bank(generation, stream_);
+    }
+  }
+}
+
+// SAMI: member i (alone) writes exactly slices j = i (mod g) to every member; owner-direct: only
+// the owner writes. One op has its owner inside the group, one outside.
+TEST_P(LogicalRanks, SamiSliceOwnershipAndOwnerOutsideGroup) {
+  const int p = GetParam();
+  const RuntimeConfig c = logical_config(p);
+  auto rt = Runtime::logical(c);
+  fill_homes(*rt);
+  const runtime::RegionLayout layout = runtime::make_region_layout(c);
+  const int64_t num_slices = c.bundle.num_slices();
+  // op 0: expert of rank 1 over all ranks (owner inside); op 1: expert of rank 0 over the upper
+  // half (owner outside).
+  const std::vector<CopyOp> ops = {{4 * 1 + 2, 1, 0, p, 0, kCopyModeSami},
+                                   {3, 0, p / 2, p / 2, 1, kCopyModeSami}};
+  DeviceVector<CopyOp> device_ops(ops);
+  uint64_t generation = 0;
+  for (int writer = 0; writer < p; ++writer) {
+    poison_helpers(*rt);
+    ++generation;
+    rt->replicate_ranks(writer, writer + 1, device_ops.get(), 2, 0, generation, Transport::kPlan,
+                        stream_);
+    ISER_EXPECT_CUDA(cudaStreamSynchronize(stream_));
+    publish_others(*rt, writer, generation);
+    for (int k = 0; k < 2; ++k) {
+      const CopyOp& op = ops[k];
+      const auto src = bundle_pattern(c, op.owner, 0, op.expert % 4);
+      const int member_idx = writer - op.group_begin;
+      for (int m = op.group_begin; m < op.group_begin + op.group_size; ++m) {
+        const auto got = read_device(rt->helper_slot(m, 0, op.helper), layout.slot_stride);
+        for (int64_t j = 0; j < num_slices; ++j) {
+          const bool mine =
+              member_idx >= 0 && member_idx < op.group_size && j % op.group_size == member_idx;
+          const int64_t begin = j * kSliceBytes;
+          const int64_t end = std::min<int64_t>(begin + kSliceBytes, c.bundle.bytes());
+          const bool equal =
+              std::equal(got.begin() + begin, got.begin() + end, src.begin() + begin);
+          const bool poisoned = std::all_of(got.begin() + begin, got.begin() + end,
+                                            [](uint8_t b) { return b == kPoison; });
+          EXPECT_TRUE(mine ? equal : poisoned)
+              << "op " << k << " writer " << writer << " member " << m << " slice " << j
+              << (mine ? " should be copied" : " should be untouched");
+        }
+      }
+    }
+    rt->release_bank(generation, stream_);
+  }
+  // Owner-direct: a non-owner writes nothing, the owner (outside the group too) writes all.
+  const std::vector<CopyOp> direct = {{3, 0, p / 2, p / 2, 1, kCopyModeDirect}};
+  DeviceVector<CopyOp> device_direct(direct);
+  for (int writer : {p / 2, 0}) {
+    poison_helpers(*rt);
+    ++generation;
+    rt->replicate_ranks(writer, writer + 1, device_direct.get(), 1, 0, generation, Transport::kPlan,
+                        stream_);
+    ISER_EXPECT_CUDA(cudaStreamSynchronize(stream_));
+    publish_others(*rt, writer, generation);
+    if (writer == 0) {
+      expect_bank(*rt, direct, 0, 0, "owner-direct, owner outside its group");
+    } else {
+      expect_bank(*rt, {}, 0, 0, "owner-direct, a member alone writes nothing");
+    }
+    rt->release_bank(generation, stream_);
+  }
+  rt->check_status();
+}
+
+TEST_P(LogicalRanks, CountExchange) {
+  const RuntimeConfig c = logical_config(GetParam());
+  auto rt = Runtime::logical(c);
+  const size_t row = c.num_experts;
+  DeviceVector<int32_t> rows(c.num_ranks * row);
+  DeviceVector<int32_t> matrix(static_cast<size_t>(c.num_ranks) * c.num_ranks * row);
+  std::mt19937 rng(99);
+  for (uint64_t epoch = 1; epoch <= 20; ++epoch) {
+    std::vector<int32_t> host(c.num_ranks * row);
+    for (auto& v : host) v = static_cast<int32_t>(rng() % 100000);
+    rows.upload(host);
+    rt->exchange_counts(rows.get(), matrix.get(), epoch, stream_);
+    ISER_EXPECT_CUDA(cudaStreamSynchronize(stream_));
+    const auto got = matrix.download();
+    for (int i = 0; i < c.num_ranks; ++i) {
+      ASSERT_TRUE(std::equal(host.begin(), host.end(), got.begin() + i * host.size()))
+          << "rank " << i << " epoch " << epoch;
+    }
+  }
+  rt->check_status();
+}
+
+// READY is published even with nothing to copy; the gate passes at once.
+TEST_P(LogicalRanks, NothingToCopyStillPublishesReady) {
+  const RuntimeConfig c = logical_config(GetParam());
+  auto rt = Runtime::logical(c);
+  DeviceVector<int32_t> slot_expert(static_cast<size_t>(c.num_ranks) * c.num_ranks * c.num_slots);
+  for (uint64_t generation = 1; generation <= 3; ++generation) {
+    rt->replicate(nullptr, 0, 0, generation, Transport::kPlan, stream_);
+    rt->ready_gate(nullptr, 0, generation, slot_expert.get(), stream_);
+    rt->release_bank(generation, stream_);
+    ISER_EXPECT_CUDA(cudaStreamSynchronize(stream_));
+    for (int r = 0; r < c.num_ranks; ++r) {
+      for (uint64_t v : read_flags(*rt, r, runtime::make_region_layout(c).ready_flags)) {
+        EXPECT_EQ(v, 2 * generation + 1);
+      }
+    }
+    for (int32_t v : slot_expert.download()) EXPECT_EQ(v, -1);
+  }
+  rt->check_status();
+}
+
+INSTANTIATE_TEST_SUITE_P(P, LogicalRanks, ::testing::Values(4, 8, 16));
+
+// >= 1,000 invocations with two banks: READY flags exactly 2g+1 after each gate (monotone),
+// replicas exact every generation, count exchange exact every epoch.
+TEST(LogicalRuntime, ThousandGenerationsMonotone) {
+  ISER_REQUIRE_GPUS(1);
+  const int generations = std::getenv("ISER_TEST_SHORT") ? 60 : 1000;
+  RuntimeConfig c = logical_config(4, 2);
+  c.bundle = {16384, 512};
+  auto rt = Runtime::logical(c);
+  fill_homes(*rt);
+  poison_helpers(*rt);
+  cudaStream_t stream = nullptr;
+  ISER_EXPECT_CUDA(cudaStreamCreateWithFlags(&stream, cudaStreamNonBlocking));
+  const runtime::RegionLayout layout = runtime::make_region_layout(c);
+  DeviceVector<int32_t> slot_expert(static_cast<size_t>(c.num_ranks) * c.num_ranks * c.num_slots);
+  DeviceVector<int32_t> rows(c.num_ranks * c.num_experts);
+  DeviceVector<int32_t> matrix(c.num_ranks * c.num_ranks * c.num_experts);
+  DeviceVector<CopyOp> device_ops(64);
+  std::mt19937 rng(7);
+  std::vector<uint64_t> last(c.num_ranks * c.num_ranks, 0);
+  for (uint64_t g = 1; g <= static_cast<uint64_t>(generations); ++g) {
+    std::vector<int32_t> host_rows(c.num_ranks * c.num_experts);
+    for (auto& v : host_rows) v = static_cast<int32_t>(rng() % 4096);
+    rows.upload(host_rows);
+    rt->exchange_counts(rows.get(), matrix.get(), g, stream);
+    const std::vector<CopyOp> ops = random_ops(c, rng, 6);
+    device_ops.upload(ops);
+    const int bank = rt->bank_of(g);
+    rt->replicate(device_ops.get(), static_cast<int>(ops.size()), 0, g, Transport::kPlan, stream);
+    rt->ready_gate(device_ops.get(), static_cast<int>(ops.size()), g, slot_expert.get(), stream);
+    ISER_EXPECT_CUDA(cudaStreamSynchronize(stream));
+    for (int r = 0; r < c.num_ranks; ++r) {
+      const auto flags = read_flags(*rt, r, layout.ready_flags);
+      for (int w = 0; w < c.num_ranks; ++w) {
+        ASSERT_EQ(flags[w], 2 * g + 1) << "rank " << r << " writer " << w << " generation " << g;
+        ASSERT_GT(flags[w], last[r * c.num_ranks + w]);
+        last[r * c.num_ranks + w] = flags[w];
+      }
+    }
+    const auto got_matrix = matrix.download();
+    for (int i = 0; i < c.num_ranks; ++i) {
+      ASSERT_TRUE(
+          std::equal(host_rows.begin(), host_rows.end(), got_matrix.begin() + i * host_rows.size()))
+          << "count matrix of rank " << i << " epoch " << g;
+    }
+    // Check the replicas of this generation in its bank (untargeted slots hold older data, so
+    // only the targeted ones are compared).
+    for (const CopyOp& op : ops) {
+      const auto src = bundle_pattern(c, op.owner, 0, op.expert % 4);
+      for (int m = op.group_begin; m < op.group_begin + op.group_size; ++m) {
+        const auto got = read_device(rt->helper_slot(m, bank, op.helper), src.size());
+        ASSERT_EQ(got, src) << "generation " << g << " rank " << m << " helper " << op.helper;
+      }
+    }
+    const auto want = expected_slot_expert(c, ops);
+    const auto got = slot_expert.download();
+    ASSERT_TRUE(std::equal(want.begin(), want.end(), got.begin())) << "generation " << g;
+    rt->release_bank(g, stream);
+  }
+  ISER_EXPECT_CUDA(cudaStreamSynchronize(stream));
+  rt->check_status();
+  cudaStreamDestroy(stream);
+}
+
+TEST(LogicalRuntime, MulticastIsRefusedWhereNvlsIsDisabled) {
+  ISER_REQUIRE_GPUS(1);
+  ::setenv("NCCL_NVLS_ENABLE", "0", 1);  // the lent machines' setting; never created here
+  auto rt = Runtime::logical(logical_config(4));
+  try {
+    rt->replicate(nullptr, 0, 0, 1, Transport::kMulticast, nullptr);
+    FAIL() << "multicast was not refused";
+  } catch (const Error& e) {
+    EXPECT_NE(std::string(e.what()).find("NCCL_NVLS_ENABLE=0"), std::string::npos) << e.what();
+  }
+  try {
+    rt->replicate(nullptr, 0, 0, 1, Transport::kCopyEngine, nullptr);
+    FAIL() << "copy-engine through replicate() was not refused";
+  } catch (const Error& e) {
+    EXPECT_NE(std::string(e.what()).find("host copy list"), std::string::npos) << e.what();
+  }
+}
+
+}  // namespace
+}  // namespace iser::testing

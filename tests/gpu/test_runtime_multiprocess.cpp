@@ -1,0 +1,256 @@
+// Runtime with real P2P: one process per GPU. Each test re-executes this binary once per rank
+// (same --gtest_filter, rank in ISER_MP_RANK) with a file-based NCCL unique id in a private
+// directory; the parent waits for every rank and fails on any non-zero exit or a timeout.
+#include <gtest/gtest.h>
+#include <signal.h>
+#include <spawn.h>
+#include <sys/wait.h>
+#include <unistd.h>
+
+#include <chrono>
+#include <cstdlib>
+#include <filesystem>
+#include <optional>
+#include <string>
+#include <thread>
+
+#include <nccl.h>
+
+#include "runtime_test_util.h"
+
+extern char** environ;
+
+namespace iser::testing {
+namespace {
+
+struct RankEnv {
+  int rank = 0;
+  int world = 0;
+  std::string id_file;
+};
+
+std::optional<RankEnv> child_env() {
+  const char* rank = std::getenv("ISER_MP_RANK");
+  const char* world = std::getenv("ISER_MP_WORLD");
+  const char* file = std::getenv("ISER_MP_ID_FILE");
+  if (!rank || !world || !file) return std::nullopt;
+  return RankEnv{std::atoi(rank), std::atoi(world), file};
+}
+
+void run_as_ranks(int world, int timeout_s) {
+  char dir_template[] = "/tmp/iser-mp-XXXXXX";
+  ASSERT_NE(::mkdtemp(dir_template), nullptr);  // mode 0700
+  const std::string id_file = std::string(dir_template) + "/nccl-unique-id";
+  const ::testing::TestInfo* info = ::testing::UnitTest::GetInstance()->current_test_info();
+  const std::string filter =
+      std::string("--gtest_filter=") + info->test_suite_name() + "." + info->name();
+  std::vector<pid_t> pids;
+  for (int r = 0; r < world; ++r) {
+    std::vector<std::string> env_strings;
+    for (char** e = environ; *e; ++e) {
+      if (std::string_view(*e).starts_with("ISER_MP_")) continue;
+      env_strings.emplace_back(*e);
+    }
+    env_strings.push_back("ISER_MP_RANK=" + std::to_string(r));
+    env_strings.push_back("ISER_MP_WORLD=" + std::to_string(world));
+    env_strings.push_back("ISER_MP_ID_FILE=" + id_file);
+    std::vector<char*> envp;
+    for (auto& s : env_strings) envp.push_back(s.data());
+    envp.push_back(nullptr);
+    std::string exe = "/proc/self/exe";
+    std::string arg_filter = filter;
+    char* argv[] = {exe.data(), arg_filter.data(), nullptr};
+    pid_t pid = 0;
+    ASSERT_EQ(::posix_spawn(&pid, "/proc/self/exe", nullptr, nullptr, argv, envp.data()), 0);
+    pids.push_back(pid);
+  }
+  const auto deadline = std::chrono::steady_clock::now() + std::chrono::seconds(timeout_s);
+  std::vector<int> status(world, -1);
+  std::vector<bool> done(world, false);
+  int remaining = world;
+  while (remaining > 0) {
+    for (int r = 0; r < world; ++r) {
+      if (done[r]) continue;
+      int st = 0;
+      if (::waitpid(pids[r], &st, WNOHANG) == pids[r]) {
+        done[r] = true;
+        status[r] = st;
+        --remaining;
+      }
+    }
+    if (remaining > 0 && std::chrono::steady_clock::now() > deadline) {
+      for (int r = 0; r < world; ++r) {
+        if (!done[r]) {
+          ::kill(pids[r], SIGKILL);
+          ::waitpid(pids[r], &status[r], 0);
+          ADD_FAILURE() << "rank " << r << " timed out after " << timeout_s << " s";
+          done[r] = true;
+        }
+      }
+      remaining = 0;
+    }
+    std::this_thread::sleep_for(std::chrono::milliseconds(10));
+  }
+  for (int r = 0; r < world; ++r) {
+    EXPECT_TRUE(WIFEXITED(status[r]) && WEXITSTATUS(status[r]) == 0)
+        << "rank " << r << " failed (wait status " << status[r] << ")";
+  }
+  ::unlink(id_file.c_str());
+  ::rmdir(dir_template);
+}
+
+// Runs the body in each rank process; in the parent, launches the ranks.
+#define ISER_AS_RANKS(world, timeout_s)           \
+  ISER_REQUIRE_GPUS(world);                       \
+  const std::optional<RankEnv> env = child_env(); \
+  if (!env) {                                     \
+    run_as_ranks(world, timeout_s);               \
+    return;                                       \
+  }                                               \
+  ISER_EXPECT_CUDA(cudaSetDevice(env->rank))
+
+RuntimeConfig two_rank_config() {
+  RuntimeConfig c;
+  c.num_ranks = 2;
+  c.num_experts = 8;
+  c.num_slots = 3;
+  c.bundle = {(1 << 20) + 3 * 4096, 8192};  // 1 MiB + 12 KiB weights, 8 KiB scales
+  c.num_banks = 2;
+  c.copy_sms = 8;
+  c.timeout_us = 5'000'000;
+  return c;
+}
+
+void barrier(const Communicator& comm) {
+  DeviceVector<float> x(1);
+  ASSERT_EQ(ncclAllReduce(x.get(), x.get(), 1, ncclFloat, ncclSum, comm.get(), nullptr),
+            ncclSuccess);
+  ASSERT_EQ(cudaDeviceSynchronize(), cudaSuccess);
+}
+
+// Every transport over NVLink, owner inside and outside the group, 1,000 generations: READY
+// exactly 2g+1 from both writers after every gate, counts exact every epoch, replicas byte-exact
+// (poisoned first) every 25th generation.
+TEST(MultiProcess, ReplicasCountsAndReadyOverThousandGenerations) {
+  ISER_AS_RANKS(2, 240);
+  Communicator comm = Communicator::from_unique_id_file(env->id_file, env->rank, env->world);
+  const RuntimeConfig c = two_rank_config();
+  Runtime rt(c, comm);
+  EXPECT_FALSE(std::filesystem::exists(env->id_file)) << "unique id file left behind";
+  fill_homes(rt);
+  poison_helpers(rt);
+  const std::vector<CopyOp> ops = {{1, 0, 0, 2, 0, kCopyModeDirect},
+                                   {6, 1, 0, 2, 1, kCopyModeSami},
+                                   {2, 0, 1, 1, 2, kCopyModeSami}};  // owner 0 outside {1}
+  DeviceVector<CopyOp> device_ops(ops);
+  DeviceVector<int32_t> slot_expert(c.num_ranks * c.num_slots);
+  DeviceVector<int32_t> row(c.num_experts);
+  DeviceVector<int32_t> matrix(c.num_ranks * c.num_experts);
+  cudaStream_t stream = nullptr;
+  ISER_EXPECT_CUDA(cudaStreamCreateWithFlags(&stream, cudaStreamNonBlocking));
+  const runtime::RegionLayout layout = runtime::make_region_layout(c);
+  const Transport transports[] = {Transport::kPlan, Transport::kP2PDirect, Transport::kP2PSami,
+                                  Transport::kCopyEngine};
+  auto row_of = [&](int rank, uint64_t epoch) {
+    std::vector<int32_t> r(c.num_experts);
+    for (int e = 0; e < c.num_experts; ++e) {
+      r[e] = static_cast<int32_t>((epoch * 7919 + rank * 104729 + e * 31) % 65536);
+    }
+    return r;
+  };
+  uint64_t last_ready = 0;
+  for (uint64_t g = 1; g <= 1000; ++g) {
+    const Transport t = transports[g % 4];
+    const bool check_bytes = g % 25 == 0 || g <= 8;
+    const int bank = rt.bank_of(g);
+    if (check_bytes) {
+      // NOTE: the peer may start writing generation g into this bank as soon as we released
+      // g - 2; the barrier keeps it behind the poison.
+      poison_helpers(rt);
+      barrier(comm);
+    }
+    row.upload(row_of(env->rank, g));
+    rt.exchange_counts(row.get(), matrix.get(), g, stream);
+    if (t == Transport::kCopyEngine) {
+      rt.replicate_copy_engine(ops, 0, g, stream);
+    } else {
+      rt.replicate(device_ops.get(), 3, 0, g, t, stream);
+    }
+    rt.ready_gate(device_ops.get(), 3, g, slot_expert.get(), stream, t);
+    ISER_EXPECT_CUDA(cudaStreamSynchronize(stream));
+    const auto flags = read_flags(rt, env->rank, layout.ready_flags);
+    ASSERT_EQ(flags[0], 2 * g + 1) << "generation " << g << " transport " << to_string(t);
+    ASSERT_EQ(flags[1], 2 * g + 1) << "generation " << g << " transport " << to_string(t);
+    ASSERT_GT(flags[0], last_ready);
+    last_ready = flags[0];
+    const auto m = matrix.download();
+    ASSERT_EQ(std::vector<int32_t>(m.begin(), m.begin() + c.num_experts), row_of(0, g));
+    ASSERT_EQ(std::vector<int32_t>(m.begin() + c.num_experts, m.end()), row_of(1, g));
+    const auto want = expected_slot_expert(c, ops);
+    ASSERT_EQ(slot_expert.download(), want) << "generation " << g;
+    if (check_bytes) {
+      expect_bank(rt, ops, 0, bank, std::string(to_string(t)).c_str());
+      if (HasFailure()) return;
+    }
+    rt.release_bank(g, stream);
+  }
+  ISER_EXPECT_CUDA(cudaStreamSynchronize(stream));
+  rt.check_status();
+  barrier(comm);
+  cudaStreamDestroy(stream);
+}
+
+TEST(MultiProcess, MismatchedConfigurationIsRefusedBeforeMapping) {
+  ISER_AS_RANKS(2, 120);
+  Communicator comm = Communicator::from_unique_id_file(env->id_file, env->rank, env->world);
+  RuntimeConfig c = two_rank_config();
+  if (env->rank == 1) c.num_experts = 16;
+  try {
+    Runtime rt(c, comm);
+    ADD_FAILURE() << "rank " << env->rank << " accepted a mismatched configuration";
+  } catch (const Error& e) {
+    EXPECT_NE(std::string(e.what()).find("rank 1 presents num_experts (E) = 16 but rank 0 "
+                                         "presents 8"),
+              std::string::npos)
+        << e.what();
+  }
+  // An invalid configuration on one rank fails every rank (no hang).
+  RuntimeConfig bad = two_rank_config();
+  if (env->rank == 0) bad.num_banks = 3;
+  try {
+    Runtime rt(bad, comm);
+    ADD_FAILURE() << "rank " << env->rank << " accepted an invalid peer";
+  } catch (const Error& e) {
+    const std::string want = env->rank == 0 ? "num_banks = 3" : "rank 0 rejected its own";
+    EXPECT_NE(std::string(e.what()).find(want), std::string::npos) << e.what();
+  }
+  barrier(comm);
+}
+
+TEST(MultiProcess, CountTimeoutNamesTheMissingRank) {
+  ISER_AS_RANKS(2, 120);
+  Communicator comm = Communicator::from_unique_id_file(env->id_file, env->rank, env->world);
+  RuntimeConfig c = two_rank_config();
+  c.timeout_us = 300'000;
+  Runtime rt(c, comm);
+  if (env->rank == 0) {
+    DeviceVector<int32_t> row(c.num_experts);
+    DeviceVector<int32_t> matrix(c.num_ranks * c.num_experts);
+    rt.exchange_counts(row.get(), matrix.get(), 1, nullptr);
+    const RuntimeStatus s = rt.status(0);
+    EXPECT_EQ(s.code, StatusCode::kCountTimeout);
+    EXPECT_EQ(s.peer, 1);
+    EXPECT_EQ(s.tag, 1u);
+    try {
+      rt.check_status();
+      ADD_FAILURE() << "no error for the missing rank";
+    } catch (const Error& e) {
+      EXPECT_NE(std::string(e.what()).find("rank 1 never published epoch 1"), std::string::npos)
+          << e.what();
+    }
+  }
+  barrier(comm);
+}
+
+}  // namespace
+}  // namespace iser::testing
