@@ -45,6 +45,11 @@ struct SlotWeights {
   const void* w2 = nullptr;
 };
 
+// Fills one expert's weights with the pseudo-random values ExpertBank::fill_slot_random gives
+// slot `expert_idx`: the same bytes wherever the expert lives (a bank, symmetric memory).
+void fill_expert_random(void* w13, void* w2, const ExpertShape& shape, int expert_idx,
+                        uint64_t seed, float scale, Stream stream);
+
 // Device-resident bf16 weights of `num_slots` experts, contiguous per slot. Filled with
 // deterministic pseudo-random values (seeded per slot) so tests and benchmarks need no files.
 class ExpertBank {

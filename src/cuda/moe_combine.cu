@@ -22,6 +22,11 @@ __global__ void __launch_bounds__(CombineConfig::kThreads)
     const float* weights = params.route_weight + token * params.top_k;
     for (int v = threadIdx.x; v < vecs; v += blockDim.x) {
       float acc[kVec] = {};
+      if (params.shared != nullptr) {
+        const Bf16x8 base = reinterpret_cast<const Bf16x8*>(params.shared)[token * vecs + v];
+#pragma unroll
+        for (int i = 0; i < kVec; ++i) acc[i] = __bfloat162float(base.v[i]);
+      }
       for (int j = 0; j < params.top_k; ++j) {
         const int32_t row = rows[j];
         if (row < 0) continue;

@@ -80,13 +80,15 @@ struct GatherRowsConfig {
 };
 void launch_gather_rows(const GatherRowsParams& params, cudaStream_t stream);
 
-// ---- combine: out[t] = bf16(sum_j w[t, j] * y[route_row[t, j]]) -----------------------------
-// NOTE: j runs 0..k-1 in order and accumulates in fp32 whatever rank or slot computed each row,
-// so a token's output depends only on the rows' bytes: ON and OFF combine identically.
+// ---- combine: out[t] = bf16(shared[t] + sum_j w[t, j] * y[route_row[t, j]]) ----------------
+// NOTE: the sum starts from the shared expert's output (when given), then j runs 0..k-1 in
+// order, in fp32, whatever rank or slot computed each row: a token's output depends only on the
+// rows' bytes, so ON and OFF combine identically.
 struct CombineParams {
   const uint16_t* y = nullptr;          // expert outputs, rows of `hidden`
   const int32_t* route_row = nullptr;   // [num_tokens * top_k], -1 = no route
   const float* route_weight = nullptr;  // [num_tokens * top_k]
+  const uint16_t* shared = nullptr;     // [num_tokens, hidden] or null
   uint16_t* out = nullptr;              // [num_tokens, hidden]
   int64_t num_tokens = 0;
   int top_k = 0;

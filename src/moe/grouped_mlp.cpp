@@ -76,14 +76,17 @@ SlotWeights ExpertBank::slot(int slot_idx) const {
   return {self->w13(slot_idx), self->w2(slot_idx)};
 }
 
+void fill_expert_random(void* w13, void* w2, const ExpertShape& shape, int expert_idx,
+                        uint64_t seed, float scale, Stream stream) {
+  const uint64_t expert_seed = seed * 0x9e3779b97f4a7c15ull + static_cast<uint64_t>(expert_idx);
+  cuda::launch_fill_uniform(
+      {static_cast<uint16_t*>(w13), shape.w13_elems(), expert_seed * 2, scale}, stream);
+  cuda::launch_fill_uniform(
+      {static_cast<uint16_t*>(w2), shape.w2_elems(), expert_seed * 2 + 1, scale}, stream);
+}
+
 void ExpertBank::fill_slot_random(int slot_idx, uint64_t seed, float scale, Stream stream) {
-  const uint64_t slot_seed = seed * 0x9e3779b97f4a7c15ull + static_cast<uint64_t>(slot_idx);
-  cuda::launch_fill_uniform(
-      {static_cast<uint16_t*>(w13(slot_idx)), impl_->shape.w13_elems(), slot_seed * 2, scale},
-      stream);
-  cuda::launch_fill_uniform(
-      {static_cast<uint16_t*>(w2(slot_idx)), impl_->shape.w2_elems(), slot_seed * 2 + 1, scale},
-      stream);
+  fill_expert_random(w13(slot_idx), w2(slot_idx), impl_->shape, slot_idx, seed, scale, stream);
 }
 
 void ExpertBank::fill_random(uint64_t seed, float scale, Stream stream) {
@@ -196,7 +199,9 @@ int GroupedMlp::num_slots() const {
 int64_t GroupedMlp::max_rows() const {
   return impl_->max_rows;
 }
-GemmBackend GroupedMlp::backend() const { return impl_->backend; }
+GemmBackend GroupedMlp::backend() const {
+  return impl_->backend;
+}
 std::string GroupedMlp::describe() const {
   const Impl& s = *impl_;
   if (s.backend == GemmBackend::kGrouped) return "cublasGemmGroupedBatchedEx";

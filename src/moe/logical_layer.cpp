@@ -157,7 +157,7 @@ LayerInvocationStats LogicalEpLayer::forward(const void* input, std::span<const 
                   s.y_perm.get<uint16_t>() + first_row * hidden, stream);
   }
   cuda::launch_combine(
-      {s.y_perm.get<uint16_t>(), s.route_row.get<int32_t>(), s.route_weight.get<float>(),
+      {s.y_perm.get<uint16_t>(), s.route_row.get<int32_t>(), s.route_weight.get<float>(), nullptr,
        static_cast<uint16_t*>(output), int64_t{num_ranks} * tau, top_k, hidden},
       stream);
   return stats;

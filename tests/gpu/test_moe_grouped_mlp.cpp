@@ -11,30 +11,17 @@
 #include "iser/error.h"
 #include "iser/moe.h"
 #include "moe/device_buffer.h"
+#include "moe_test_util.h"
 
 namespace iser::moe {
 namespace {
 
-bool has_gpu() {
-  int count = 0;
-  return cudaGetDeviceCount(&count) == cudaSuccess && count > 0;
-}
+using testing::bf16_to_float;
+using testing::download;
+using testing::has_gpu;
 
 #define SKIP_WITHOUT_GPU() \
   if (!has_gpu()) GTEST_SKIP() << "no CUDA device"
-
-float bf16_to_float(uint16_t bits) {
-  const uint32_t wide = static_cast<uint32_t>(bits) << 16;
-  float value;
-  std::memcpy(&value, &wide, sizeof(value));
-  return value;
-}
-
-std::vector<uint16_t> download(const void* ptr, size_t elems) {
-  std::vector<uint16_t> host(elems);
-  ISER_CUDA_CHECK(cudaMemcpy(host.data(), ptr, elems * 2, cudaMemcpyDeviceToHost));
-  return host;
-}
 
 // Runs the MLP over `rows_per_slot` with x given row by row (as indices into `source` rows).
 std::vector<uint16_t> run_layout(GroupedMlp& mlp, const DeviceBuffer& source,
