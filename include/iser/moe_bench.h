@@ -14,4 +14,12 @@ namespace iser::moe {
 // with perfectly balanced routing; reports the slowest rank per layer and the means.
 int e3_main(const std::vector<std::string>& args);
 
+// The reference EP MoE layer end to end, one process per GPU (include/iser/moe_ep_layer.h): OFF
+// and ON invocations interleaved; the slowest rank's layer time, shared-expert time, copy time,
+// exposed copy (READY wait), planner time and count-exchange wait, medians; ON/OFF bitwise
+// check. The calling process spawns -P copies of its own executable (/proc/self/exe) with
+// `reexec_prefix` + args, one per GPU.
+int layer_main(const std::vector<std::string>& args,
+               const std::vector<std::string>& reexec_prefix = {});
+
 }  // namespace iser::moe

@@ -27,6 +27,7 @@
 #include "iser/moe.h"
 #include "iser/moe_bench.h"
 #include "iser/policy.h"
+#include "moe/bench_routing.h"
 #include "moe/device_buffer.h"
 
 namespace iser::moe {
@@ -52,108 +53,6 @@ struct E3Options {
   std::string gemm = "lt";
   std::string json_path;
 };
-
-// ---- routing -------------------------------------------------------------------------------
-
-// Deterministic across platforms (std distributions are not).
-class SplitMix64 {
- public:
-  explicit SplitMix64(uint64_t seed) : state_(seed) {}
-  uint64_t next() {
-    uint64_t z = (state_ += 0x9e3779b97f4a7c15ull);
-    z = (z ^ (z >> 30)) * 0xbf58476d1ce4e5b9ull;
-    z = (z ^ (z >> 27)) * 0x94d049bb133111ebull;
-    return z ^ (z >> 31);
-  }
-  double uniform() { return static_cast<double>(next() >> 11) * 0x1.0p-53; }
-
- private:
-  uint64_t state_;
-};
-
-uint64_t mix_seed(uint64_t seed, uint64_t a, uint64_t b) {
-  SplitMix64 rng(seed ^ (a * 0x100000001b3ull) ^ (b << 32));
-  return rng.next();
-}
-
-// E3 sampling rule: each of P x tau tokens draws top_k distinct experts with probability
-// proportional to `weights` (rejection of repeats = sampling without replacement).
-CountMatrix sample_counts(const std::vector<double>& weights, int num_ranks, int tokens_per_rank,
-                          int top_k, uint64_t seed) {
-  const int num_experts = static_cast<int>(weights.size());
-  std::vector<double> cdf(weights.size());
-  std::partial_sum(weights.begin(), weights.end(), cdf.begin());
-  const auto positive =
-      std::count_if(weights.begin(), weights.end(), [](double w) { return w > 0; });
-  ISER_CHECK(positive >= top_k, "sampler: only {} experts have positive weight, top-k is {}",
-             positive, top_k);
-  CountMatrix counts(num_ranks, num_experts);
-  SplitMix64 rng(seed);
-  std::vector<int> picks(top_k);
-  for (int s = 0; s < num_ranks; ++s) {
-    for (int t = 0; t < tokens_per_rank; ++t) {
-      for (int j = 0; j < top_k; ++j) {
-        int e = 0;
-        do {
-          const double u = rng.uniform() * cdf.back();
-          e = static_cast<int>(std::upper_bound(cdf.begin(), cdf.end(), u) - cdf.begin());
-          e = std::min(e, num_experts - 1);
-        } while (weights[e] <= 0 ||
-                 std::find(picks.begin(), picks.begin() + j, e) != picks.begin() + j);
-        picks[j] = e;
-        ++counts.at(s, e);
-      }
-    }
-  }
-  return counts;
-}
-
-std::vector<double> power_law_weights(int num_experts, double alpha, uint64_t seed) {
-  std::vector<int> order(num_experts);
-  std::iota(order.begin(), order.end(), 0);
-  SplitMix64 rng(seed);
-  for (int i = num_experts - 1; i > 0; --i) {
-    std::swap(order[i], order[static_cast<int>(rng.next() % static_cast<uint64_t>(i + 1))]);
-  }
-  std::vector<double> weights(num_experts);
-  for (int i = 0; i < num_experts; ++i) weights[order[i]] = std::pow(i + 1.0, -alpha);
-  return weights;
-}
-
-// CSV `layer,e0,...,e{E-1}`, one row per layer; returns weights indexed by layer.
-std::vector<std::vector<double>> read_histograms(const std::string& path, int num_experts) {
-  std::ifstream in(path);
-  ISER_CHECK(in.good(), "{}: cannot open (--trace)", path);
-  std::string line;
-  ISER_CHECK(static_cast<bool>(std::getline(in, line)) && line.rfind("layer", 0) == 0,
-             "{}: line 1: header must start with 'layer'", path);
-  std::vector<std::vector<double>> layers;
-  int line_no = 1;
-  while (std::getline(in, line)) {
-    ++line_no;
-    if (line.empty()) continue;
-    std::stringstream fields(line);
-    std::string field;
-    std::getline(fields, field, ',');
-    const int layer_idx = std::stoi(field);
-    ISER_CHECK(layer_idx == static_cast<int>(layers.size()), "{}: line {}: layer {} out of order",
-               path, line_no, layer_idx);
-    std::vector<double> weights;
-    while (std::getline(fields, field, ',')) {
-      char* end = nullptr;
-      const double value = std::strtod(field.c_str(), &end);
-      ISER_CHECK(end != field.c_str() && value >= 0 && std::isfinite(value),
-                 "{}: line {}: field e{} = '{}' is not a count", path, line_no, weights.size(),
-                 field);
-      weights.push_back(value);
-    }
-    ISER_CHECK(static_cast<int>(weights.size()) == num_experts,
-               "{}: line {}: {} experts, expected {}", path, line_no, weights.size(), num_experts);
-    layers.push_back(std::move(weights));
-  }
-  ISER_CHECK(!layers.empty(), "{}: no layers", path);
-  return layers;
-}
 
 std::vector<int> parse_layers(const std::string& spec, int num_layers) {
   std::vector<int> layers;

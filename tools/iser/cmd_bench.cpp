@@ -24,6 +24,14 @@ void add_bench_command(CLI::App& app) {
     const int status = iser::moe::e3_main(e3->remaining());
     ISER_CHECK(status == 0, "bench moe e3 failed (status {})", status);
   });
+  auto* layer = moe->add_subcommand(
+      "layer", "the EP MoE layer end to end, one process per GPU: OFF vs ON with overlap");
+  layer->prefix_command();
+  layer->set_help_flag();
+  layer->callback([layer] {
+    const int status = iser::moe::layer_main(layer->remaining(), {"bench", "moe", "layer"});
+    ISER_CHECK(status == 0, "bench moe layer failed (status {})", status);
+  });
 }
 
 }  // namespace iser::cli
