@@ -58,7 +58,8 @@ struct PlannerWorkspace {
   std::vector<int32_t> order;           // [B] broadcasts by (expert, plan index)
   std::vector<int32_t> host_begin;      // [P + 1] CSR of broadcasts hosted per rank (repair)
   std::vector<int32_t> host_list;       // [Σ hosts]
-  std::vector<int32_t> shared;          // [B] broadcasts hosted by both ranks of a pair
+  std::vector<uint64_t> host_bits;      // [P * ceil(B/64)] hosted broadcasts per rank (repair)
+  std::vector<int32_t> repair;          // repair: own routes, quotas, spare counts, pairs
 };
 
 // ---- stages ----------------------------------------------------------------------------------

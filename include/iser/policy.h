@@ -18,7 +18,8 @@ namespace iser {
 
 struct PolicyOptions {
   int min_move = 0;     // resident/iser: skip replications that move fewer routes than this
-  int eplb_window = 0;  // eplb: past iterations used to plan (0: the whole trace)
+  // eplb-window: past iterations used to plan (0: the default, 8); eplb uses the whole trace.
+  int eplb_window = 0;
 };
 
 struct PolicyResult {

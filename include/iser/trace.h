@@ -5,7 +5,9 @@
 #include <filesystem>
 #include <memory>
 #include <optional>
+#include <span>
 #include <string>
+#include <string_view>
 #include <vector>
 
 #include "iser/counts.h"
@@ -19,6 +21,9 @@ struct TraceMetadata {
   int num_experts = 0;
   int top_k = 0;
   int num_layers = 0;
+  int64_t num_tokens = 0;      // token traces: T (after joins and skips); 0 otherwise
+  int64_t skipped_tokens = 0;  // tokens or rows the reader dropped (incomplete joins, skip_rows)
+  std::string notes;           // human-readable account of what the reader dropped or assumed
 };
 
 // A source of per-invocation routing. Token-level sources follow the batching rule (iteration i
@@ -48,7 +53,95 @@ struct TraceOptions {
   std::optional<int> top_k;
   uint64_t seed = 1;
   std::string category;  // histogram category (expert_counts.<name>), empty = the only/first one
+  // JSONL: drop this many leading route rows (e.g. 2048 for vLLM's start-up profiling batch).
+  int64_t skip_rows = 0;
+  // JSONL: drop the leading run of rows that look like vLLM's profiling batch: every weight equal
+  // (1/k within 1e-6) and the same ids as the first row. The count is reported in notes.
+  bool skip_profile_rows = false;
 };
+
+// ---- routing data in memory (the canonical safetensors layout, DESIGN §8) ----------------------
+
+enum class TraceKind {
+  kTokens,           // topk_ids [L, T, k] (+ request_id [T])
+  kHistograms,       // expert_counts.<category> [L, E]
+  kIterationCounts,  // iteration_counts [I, L, E] or iteration_rank_counts [I, L, P, E]
+};
+
+struct TraceData {
+  TraceKind kind = TraceKind::kTokens;
+  TraceMetadata metadata;  // num_experts, top_k and num_layers always set by readers
+  // kTokens
+  std::vector<int32_t> topk_ids;     // [L, T, k]; -1 = empty choice
+  std::vector<int64_t> request_ids;  // [T] or empty
+  // kHistograms: one [L, E] matrix per category ("" = a bare `expert_counts` tensor)
+  std::vector<std::string> categories;
+  std::vector<std::vector<int64_t>> histograms;
+  // kIterationCounts
+  int64_t num_iterations = 0;
+  int num_ranks = 0;  // 0: [I, L, E]; > 0: per source rank, [I, L, P, E]
+  std::vector<int64_t> iteration_counts;
+
+  // Throws iser::Error when shapes, ids or counts are inconsistent (what every reader guarantees).
+  void validate(std::string_view what) const;
+};
+
+enum class TraceFormat { kAuto, kSafetensors, kCsv, kJsonl, kTrtllm, kVllm, kSglang };
+// "auto" | "safetensors" | "csv" | "jsonl" | "trtllm" | "vllm" | "sglang".
+TraceFormat parse_trace_format(std::string_view name);
+std::string_view trace_format_name(TraceFormat format);
+// Looks at the path (directory, extension) and the first bytes; throws when nothing matches.
+TraceFormat detect_trace_format(const std::filesystem::path& path);
+
+// Reads any supported format into the canonical in-memory form.
+TraceData read_trace_data(const std::filesystem::path& path, const TraceOptions& options = {},
+                          TraceFormat format = TraceFormat::kAuto);
+
+// Parsers over bytes already in memory (`name` appears in error messages). The safetensors
+// parser accepts canonical files and vLLM-style files holding one integer [L, E] tensor.
+TraceData parse_safetensors_trace(std::string_view bytes, std::string_view name,
+                                  const TraceOptions& options = {});
+TraceData parse_jsonl_trace(std::string_view text, std::string_view name,
+                            const TraceOptions& options = {});
+TraceData parse_sglang_trace(std::string_view text, std::string_view name,
+                             const TraceOptions& options = {});
+TraceData parse_csv_histograms(std::string_view text, std::string_view name,
+                               const TraceOptions& options = {});
+TraceData read_trtllm_dump(const std::filesystem::path& directory,
+                           const TraceOptions& options = {});
+
+// ---- canonical safetensors writers -------------------------------------------------------------
+
+enum class TraceDType { kInt16, kInt32, kInt64 };
+
+// Writes `data` (validated first) as canonical safetensors. ids_dtype applies to topk_ids
+// (int16/int32), counts_dtype to count tensors (int32/int64); narrowing that would lose a value
+// throws.
+void write_trace(const std::filesystem::path& path, const TraceData& data,
+                 TraceDType ids_dtype = TraceDType::kInt32,
+                 TraceDType counts_dtype = TraceDType::kInt64);
+std::string serialize_trace(const TraceData& data, TraceDType ids_dtype = TraceDType::kInt32,
+                            TraceDType counts_dtype = TraceDType::kInt64);
+
+// Convenience wrappers: metadata must carry num_experts and top_k.
+void write_token_trace(const std::filesystem::path& path, const TraceMetadata& metadata,
+                       std::span<const int32_t> topk_ids, int num_layers, int64_t num_tokens,
+                       std::span<const int64_t> request_ids = {},
+                       TraceDType ids_dtype = TraceDType::kInt32);
+void write_histograms(const std::filesystem::path& path, const TraceMetadata& metadata,
+                      std::span<const std::string> categories,
+                      std::span<const std::vector<int64_t>> histograms, int num_layers,
+                      TraceDType counts_dtype = TraceDType::kInt64);
+// num_ranks = 0 writes iteration_counts [I, L, E], otherwise iteration_rank_counts [I, L, P, E].
+void write_iteration_counts(const std::filesystem::path& path, const TraceMetadata& metadata,
+                            std::span<const int64_t> counts, int64_t num_iterations,
+                            int num_layers, int num_ranks = 0,
+                            TraceDType counts_dtype = TraceDType::kInt64);
+
+// Wraps in-memory data as a routing source (batching rule for tokens, sampling rule for
+// histograms; per-iteration counts: exact when P matches the recorded ranks, else sampled).
+std::unique_ptr<RoutingSource> make_routing_source(TraceData data,
+                                                   const TraceOptions& options = {});
 
 // Opens a routing file or directory, detecting the format: canonical safetensors, TensorRT-LLM
 // dump directory (meta_info.json + rank{r}.safetensors), vLLM safetensors [L, E], SGLang JSON
@@ -68,9 +161,17 @@ struct SyntheticOptions {
   int rank_imbalance_ep = 64;
   uint64_t seed = 1;
 };
+// The Zipf exponent that make_synthetic uses (options.alpha, or the tuned one when
+// rank_imbalance is set).
+double synthetic_alpha(const SyntheticOptions& options);
 std::unique_ptr<RoutingSource> make_synthetic(const SyntheticOptions& options);
 
-// The bundled real data set (DeepSeek-V4.1-Flash coding histograms, data/).
+// The bundled real data set (DeepSeek-V4.1-Flash coding histograms): $ISER_DATA_DIR when set
+// (so an installed or relocated binary finds it), else the source tree's data/ directory.
 std::filesystem::path bundled_default_trace();
+
+// Whole-set rank imbalance max/mean of one layer histogram at P ranks with contiguous home
+// experts (E must be divisible by P).
+double histogram_rank_imbalance(std::span<const int64_t> histogram, int num_ranks);
 
 }  // namespace iser

@@ -21,6 +21,9 @@ struct ValidationOptions {
   int max_exports_per_owner = -1;
   // Each expert may be broadcast at most once (the reference policy never exports twice).
   bool unique_experts = false;
+  // Plan loads equal home loads plus quotas. Static placements (eplb) turn this off: their loads
+  // come from the placement's flows, which the plan's broadcasts do not describe.
+  bool loads_from_quotas = true;
 };
 
 // Returns one human-readable line per violated invariant; empty means the plan is valid.

@@ -24,6 +24,12 @@ const std::vector<PolicyEntry>& registry() {
       {"absorb", make_absorb_policy},
       {"resident", make_resident_policy},
       {"halo-q-owner-in", make_halo_q_owner_in_policy},
+      {"eplb", make_eplb_policy},
+      {"eplb-window", make_eplb_window_policy},
+      {"all-rank", make_all_rank_policy},
+      {"all-rank-balanced", make_all_rank_balanced_policy},
+      {"p2p", make_p2p_policy},
+      {"p2p-limited", make_p2p_limited_policy},
   };
   return entries;
 }

@@ -118,6 +118,10 @@ std::vector<RouteFlow> rewrite_flows(const Topology& topo, const CountMatrix& co
                                      const Plan& plan) {
   const ExpertIndex index(topo, counts, plan);
   std::vector<RouteFlow> flows;
+  // Upper bound: one flow per nonzero count plus, per broadcast expert, at most P − 1 extra
+  // residual matches (north-west corner) — reserve the common part.
+  flows.reserve(static_cast<size_t>(topo.num_ranks) * topo.num_experts / 2 +
+                plan.broadcasts.size() * topo.num_ranks);
   std::vector<int32_t> supply;
   std::vector<int32_t> demand;
   for (int e = 0; e < topo.num_experts; ++e) {

@@ -84,7 +84,7 @@ TEST(HaloQGolden, CaseAOwnerOutsideAndInside) {
   ASSERT_EQ(plan.broadcasts.size(), 2u);
   EXPECT_EQ(plan.broadcasts[0], make_broadcast(0, 0, 1, 2, 2, 0, kSami, {16, 0, 8, 16}));
   EXPECT_EQ(plan.broadcasts[1], make_broadcast(1, 0, 1, 0, 2, 0, kDirect, {4, 4, 0, 0}));
-  EXPECT_TRUE(validate_plan(topo, case_a_counts(), plan, {true, -1, true}).empty());
+  EXPECT_TRUE(validate_plan(topo, case_a_counts(), plan, {.require_aligned_groups = true, .max_exports_per_owner = -1, .unique_experts = true}).empty());
 }
 
 // North-west corner of e0: q = [16,0,8,16], c = [10,10,10,10]. diag = [10,0,8,10]; residual

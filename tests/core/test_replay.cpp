@@ -16,7 +16,12 @@ class FixedSource final : public RoutingSource {
  public:
   FixedSource(int num_experts, int top_k, int num_layers, std::optional<int64_t> tokens)
       : total_tokens_(tokens) {
-    meta_ = {"fixed", "test", "fixed-source", num_experts, top_k, num_layers};
+    meta_.model = "fixed";
+    meta_.dataset = "test";
+    meta_.source = "fixed-source";
+    meta_.num_experts = num_experts;
+    meta_.top_k = top_k;
+    meta_.num_layers = num_layers;
   }
   const TraceMetadata& metadata() const override { return meta_; }
   std::optional<int64_t> num_iterations(int p, int tau) const override {

@@ -86,8 +86,7 @@ std::unique_ptr<RoutingSource> open_source(ReplayArgs& args) {
   TraceOptions options = args.trace_options;
   if (args.num_experts > 0) options.num_experts = args.num_experts;
   if (args.top_k > 0) options.top_k = args.top_k;
-  return open_trace(args.trace.empty() ? bundled_default_trace() : std::filesystem::path(args.trace),
-                    options);
+  return open_trace(args.trace.empty() ? bundled_default_trace() : std::filesystem::path(args.trace), options);
 }
 
 class ProgressBar {

@@ -6,6 +6,10 @@
 namespace iser::cli {
 
 void add_replay_command(CLI::App& app);
+void add_convert_command(CLI::App& app);
+void add_model_command(CLI::App& app);
+void add_plan_command(CLI::App& app);  // cmd_plan.cpp
+void add_eplb_command(CLI::App& app);  // cmd_eplb.cpp
 
 #if defined(ISER_WITH_CUDA)
 void add_bench_command(CLI::App& app);  // GPU benchmarks (cmd_bench.cpp)

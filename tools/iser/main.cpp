@@ -12,6 +12,10 @@ int main(int argc, char** argv) {
   app.require_subcommand(1);
   app.set_version_flag("--version", "iser 0.1.0");
   iser::cli::add_replay_command(app);
+  iser::cli::add_convert_command(app);
+  iser::cli::add_model_command(app);
+  iser::cli::add_plan_command(app);
+  iser::cli::add_eplb_command(app);
 #if defined(ISER_WITH_CUDA)
   iser::cli::add_bench_command(app);
 #endif

@@ -38,6 +38,7 @@ void select_candidates(const Topology& topo, int C, PlannerWorkspace& ws) {
     int filled = 0;
     for (int e = o * H; e < (o + 1) * H; ++e) {
       const int32_t h = ws.hist[e];
+      if (filled == C && h <= ws.hist[top[C - 1]]) continue;  // the common case: not top-C
       // Insertion into the sorted prefix: strictly heavier moves ahead, so an equal hist keeps
       // the earlier (smaller) expert first.
       int pos = filled;
@@ -130,25 +131,38 @@ void place_broadcasts(const Topology& topo, const CountMatrix& counts, const Hal
              counts.num_experts(), P, E);
 
   // hist and home loads, checked so that every later int32 sum fits.
+  // NOTE: one branch-free pass per row (sign bits OR-ed, sums in int64); checks run per row.
   ws.hist.assign(E, 0);
+  int32_t* hist = ws.hist.data();
   int64_t total = 0;
   for (int s = 0; s < P; ++s) {
-    const auto row = counts.row(s);
+    const int32_t* row = counts.row(s).data();
+    int32_t sign = 0;
+    int64_t row_sum = 0;
     for (int e = 0; e < E; ++e) {
-      ISER_CHECK(row[e] >= 0, "negative count c[{}][{}] = {}", s, e, row[e]);
-      total += row[e];
-      ISER_CHECK(total <= kMaxPlannerRoutes,
-                 "count matrix holds more than {} routes (planner limit) at c[{}][{}]",
-                 kMaxPlannerRoutes, s, e);
-      ws.hist[e] += row[e];
+      const int32_t x = row[e];
+      sign |= x;
+      row_sum += x;
+      hist[e] += x;
     }
+    if (sign < 0) {
+      const int bad =
+          static_cast<int>(std::find_if(row, row + E, [](int32_t x) { return x < 0; }) - row);
+      throw Error(fmt::format("negative count c[{}][{}] = {}", s, bad, row[bad]));
+    }
+    total += row_sum;
+    ISER_CHECK(total <= kMaxPlannerRoutes,
+               "count matrix holds more than {} routes (planner limit) by row {}",
+               kMaxPlannerRoutes, s);
   }
   plan.num_ranks = P;
   plan.num_experts = E;
   plan.num_slots = S;
   std::vector<int32_t>& L = plan.loads;
   L.assign(P, 0);
-  for (int e = 0; e < E; ++e) L[e / H] += ws.hist[e];
+  for (int r = 0; r < P; ++r) {
+    for (int e = r * H; e < (r + 1) * H; ++e) L[r] += hist[e];
+  }
   const int32_t T = ceil_div(static_cast<int32_t>(total), P);
   plan.target = T;
 

@@ -18,4 +18,13 @@ std::unique_ptr<Policy> make_resident_policy(const Topology& topo, const PolicyO
 std::unique_ptr<Policy> make_halo_q_owner_in_policy(const Topology& topo,
                                                     const PolicyOptions& options);
 
+// Baselines (DESIGN §6): policies/eplb_static.cpp, all_rank.cpp, p2p.cpp.
+std::unique_ptr<Policy> make_eplb_policy(const Topology& topo, const PolicyOptions& options);
+std::unique_ptr<Policy> make_eplb_window_policy(const Topology& topo, const PolicyOptions& options);
+std::unique_ptr<Policy> make_all_rank_policy(const Topology& topo, const PolicyOptions& options);
+std::unique_ptr<Policy> make_all_rank_balanced_policy(const Topology& topo,
+                                                      const PolicyOptions& options);
+std::unique_ptr<Policy> make_p2p_policy(const Topology& topo, const PolicyOptions& options);
+std::unique_ptr<Policy> make_p2p_limited_policy(const Topology& topo, const PolicyOptions& options);
+
 }  // namespace iser

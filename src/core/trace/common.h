@@ -1,0 +1,32 @@
+// Helpers shared by the trace readers (internal).
+#pragma once
+
+#include <cstdint>
+#include <filesystem>
+#include <optional>
+#include <string>
+#include <string_view>
+
+#include "iser/trace.h"
+
+namespace iser::trace {
+
+// Upper bounds that keep hostile inputs from asking for absurd allocations; real models are far
+// below them (E <= 1024 today, k <= 16, L <= 128).
+inline constexpr int kMaxTraceExperts = 1 << 16;
+inline constexpr int kMaxTraceTopK = 64;
+inline constexpr int kMaxTraceLayers = 1 << 12;
+
+// Strict decimal integer (optional sign, digits only); nullopt on anything else or overflow.
+std::optional<int64_t> parse_decimal(std::string_view text);
+
+// E and k from options (preferred) or the file's own fields; errors name the file and field.
+int resolve_num_experts(std::string_view name, const TraceOptions& options,
+                        std::optional<int64_t> from_file, std::string_view field);
+int resolve_top_k(std::string_view name, const TraceOptions& options,
+                  std::optional<int64_t> from_file, std::string_view field);
+
+// Whole file into memory (the readers' working set is proportional to it anyway).
+std::string read_file_bytes(const std::filesystem::path& path);
+
+}  // namespace iser::trace

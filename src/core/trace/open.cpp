@@ -1,0 +1,116 @@
+// Format detection and the entry points that read files (DESIGN §8).
+#include <cstdlib>
+#include <cstring>
+
+#include "iser/error.h"
+#include "iser/trace.h"
+#include "common.h"
+
+namespace iser {
+namespace {
+
+struct FormatName {
+  TraceFormat format;
+  std::string_view name;
+};
+constexpr FormatName kFormats[] = {
+    {TraceFormat::kAuto, "auto"},     {TraceFormat::kSafetensors, "safetensors"},
+    {TraceFormat::kCsv, "csv"},       {TraceFormat::kJsonl, "jsonl"},
+    {TraceFormat::kTrtllm, "trtllm"}, {TraceFormat::kVllm, "vllm"},
+    {TraceFormat::kSglang, "sglang"},
+};
+
+constexpr std::string_view kBundledFile = "dsv41-flash-coding.safetensors";
+
+// Peeks at the first bytes of a file without reading it all.
+std::string head_of(const std::filesystem::path& path, size_t n) {
+  std::FILE* f = std::fopen(path.c_str(), "rb");
+  ISER_CHECK(f != nullptr, "{}: cannot open file", path.string());
+  std::string buf(n, '\0');
+  buf.resize(std::fread(buf.data(), 1, n, f));
+  std::fclose(f);
+  return buf;
+}
+
+}  // namespace
+
+TraceFormat parse_trace_format(std::string_view name) {
+  for (const auto& f : kFormats) {
+    if (f.name == name) return f.format;
+  }
+  throw Error(fmt::format(
+      "unknown trace format '{}' (expected auto, safetensors, csv, jsonl, trtllm, vllm, sglang)",
+      name));
+}
+
+std::string_view trace_format_name(TraceFormat format) {
+  for (const auto& f : kFormats) {
+    if (f.format == format) return f.name;
+  }
+  return "?";
+}
+
+TraceFormat detect_trace_format(const std::filesystem::path& path) {
+  std::error_code ec;
+  ISER_CHECK(std::filesystem::exists(path, ec), "{}: no such file or directory", path.string());
+  if (std::filesystem::is_directory(path, ec)) {
+    ISER_CHECK(std::filesystem::exists(path / "meta_info.json", ec),
+               "{}: a directory must be a TensorRT-LLM dump (meta_info.json + rank<r>.safetensors)",
+               path.string());
+    return TraceFormat::kTrtllm;
+  }
+  const std::string ext = path.extension().string();
+  if (ext == ".safetensors") return TraceFormat::kSafetensors;
+  if (ext == ".jsonl") return TraceFormat::kJsonl;
+  if (ext == ".csv") return TraceFormat::kCsv;
+  if (ext == ".json") return TraceFormat::kSglang;
+  // Unknown extension: sniff the content.
+  const std::string head = head_of(path, 64);
+  if (head.rfind("layer,", 0) == 0) return TraceFormat::kCsv;
+  const size_t first = head.find_first_not_of(" \t\r\n");
+  if (first != std::string::npos && head[first] == '{') {
+    return head.find("logical_count") != std::string::npos ? TraceFormat::kSglang
+                                                           : TraceFormat::kJsonl;
+  }
+  if (head.size() >= 9 && head[8] == '{') return TraceFormat::kSafetensors;
+  throw Error(fmt::format("{}: cannot tell the trace format (use --format)", path.string()));
+}
+
+TraceData read_trace_data(const std::filesystem::path& path, const TraceOptions& options,
+                          TraceFormat format) {
+  if (format == TraceFormat::kAuto) format = detect_trace_format(path);
+  const std::string name = path.string();
+  if (format == TraceFormat::kTrtllm) return read_trtllm_dump(path, options);
+  const std::string bytes = trace::read_file_bytes(path);
+  TraceData data;
+  switch (format) {
+    case TraceFormat::kSafetensors:
+    case TraceFormat::kVllm: data = parse_safetensors_trace(bytes, name, options); break;
+    case TraceFormat::kJsonl: data = parse_jsonl_trace(bytes, name, options); break;
+    case TraceFormat::kCsv: data = parse_csv_histograms(bytes, name, options); break;
+    case TraceFormat::kSglang: data = parse_sglang_trace(bytes, name, options); break;
+    default: throw Error("internal error: unhandled trace format");
+  }
+  return data;
+}
+
+std::unique_ptr<RoutingSource> open_trace(const std::filesystem::path& path,
+                                          const TraceOptions& options) {
+  return make_routing_source(read_trace_data(path, options), options);
+}
+
+std::filesystem::path bundled_default_trace() {
+  if (const char* env = std::getenv("ISER_DATA_DIR"); env != nullptr && *env != '\0') {
+    const auto p = std::filesystem::path(env) / kBundledFile;
+    ISER_CHECK(std::filesystem::exists(p), "{}: bundled trace not found (ISER_DATA_DIR = {})",
+               p.string(), env);
+    return p;
+  }
+  const auto p = std::filesystem::path(ISER_DATA_DIR) / kBundledFile;
+  ISER_CHECK(std::filesystem::exists(p),
+             "{}: bundled trace not found; set ISER_DATA_DIR to the directory holding {}",
+             p.string(), kBundledFile);
+  return p;
+}
+
+}  // namespace iser
