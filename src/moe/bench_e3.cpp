@@ -3,12 +3,14 @@
 // same grouped gated MLP over its H home + S helper slots, so each rank is timed alone on the one
 // GPU with its own per-slot loads, and a cell reports its slowest rank.
 //
-// Routing: (a) power-law popularity (Zipf exponent alpha, random expert order per cell) and
-// (b) per-layer expert histograms (CSV `layer,e0,...`), both sampled with the E3 rule of DESIGN
-// §8: each token draws top-k distinct experts with probability proportional to the weight.
+// Routing from the routing data layer (include/iser/trace.h): (a) the synthetic power-law
+// generator (Zipf exponent alpha) and (b) a per-layer histogram trace (default: the bundled
+// DeepSeek-V4.1-Flash coding histograms), both sampled with the E3 rule of DESIGN §8 (each token
+// draws top-k distinct experts with probability proportional to the count), iteration 0.
 #include <algorithm>
 #include <cmath>
 #include <cstdio>
+#include <filesystem>
 #include <fstream>
 #include <numeric>
 #include <sstream>
@@ -27,7 +29,7 @@
 #include "iser/moe.h"
 #include "iser/moe_bench.h"
 #include "iser/policy.h"
-#include "moe/bench_routing.h"
+#include "iser/trace.h"
 #include "moe/device_buffer.h"
 
 namespace iser::moe {
@@ -36,7 +38,7 @@ namespace {
 struct E3Options {
   std::vector<std::string> routings = {"power-law", "trace"};
   std::vector<int> tokens = {8192, 16384};
-  std::string trace_path;
+  std::string trace_path;         // empty: the bundled trace
   std::string layers = "3:39:4";  // trace layers: first:last:step or a comma list
   double alpha = 0.8;
   int num_ranks = 8;
@@ -216,30 +218,40 @@ int run(const E3Options& opt) {
 
   // 1. Plan every cell on the host (routing, OFF, ON).
   std::vector<Cell> cells;
-  std::vector<std::vector<double>> histograms;
+  std::unique_ptr<RoutingSource> trace;
   for (const std::string& routing : opt.routings) {
     ISER_CHECK(routing == "power-law" || routing == "trace",
                "--routing '{}': expected power-law or trace", routing);
     if (routing == "trace") {
-      ISER_CHECK(!opt.trace_path.empty(), "--routing trace needs --trace <layer histograms CSV>");
-      histograms = read_histograms(opt.trace_path, opt.num_experts);
+      trace = open_trace(opt.trace_path.empty() ? bundled_default_trace()
+                                                : std::filesystem::path(opt.trace_path));
+      const TraceMetadata& meta = trace->metadata();
+      ISER_CHECK(meta.num_experts == opt.num_experts && meta.top_k == opt.top_k,
+                 "--trace {}: E = {}, top-k = {}; the benchmark runs E = {}, top-k = {}",
+                 meta.source, meta.num_experts, meta.top_k, opt.num_experts, opt.top_k);
     }
   }
+  SyntheticOptions synthetic;
+  synthetic.kind = "power-law";
+  synthetic.num_experts = opt.num_experts;
+  synthetic.top_k = opt.top_k;
+  synthetic.num_layers = 1;
+  synthetic.alpha = opt.alpha;
+  synthetic.seed = opt.seed;
+  const std::unique_ptr<RoutingSource> power_law = make_synthetic(synthetic);
   for (int tokens : opt.tokens) {
     ISER_CHECK(tokens > 0, "--tokens {}: must be positive", tokens);
     for (const std::string& routing : opt.routings) {
-      const std::vector<int> layers =
-          routing == "trace" ? parse_layers(opt.layers, static_cast<int>(histograms.size()))
-                             : std::vector<int>{-1};
+      const std::vector<int> layers = routing == "trace"
+                                          ? parse_layers(opt.layers, trace->metadata().num_layers)
+                                          : std::vector<int>{-1};
       for (int layer : layers) {
         Cell cell;
         cell.routing = routing;
         cell.layer = layer;
         cell.tokens = tokens;
-        const uint64_t seed = mix_seed(opt.seed, static_cast<uint64_t>(layer + 1), tokens);
-        const std::vector<double> weights =
-            layer < 0 ? power_law_weights(opt.num_experts, opt.alpha, seed) : histograms[layer];
-        cell.counts = sample_counts(weights, opt.num_ranks, tokens, opt.top_k, seed + 1);
+        cell.counts = layer < 0 ? power_law->counts(0, 0, opt.num_ranks, tokens)
+                                : trace->counts(layer, 0, opt.num_ranks, tokens);
         cell.off = make_rank_loads(
             topo, slot_loads(topo, cell.counts, make_empty_plan(topo, cell.counts)));
         auto policy = make_policy(opt.policy, topo);
@@ -402,7 +414,7 @@ int e3_main(const std::vector<std::string>& args) {
   CLI::App app{"E3 analogue: slowest-rank grouped-MLP time OFF / ON / balanced (one GPU)"};
   app.add_option("--routing", opt.routings, "power-law and/or trace")->delimiter(',');
   app.add_option("-t,--tokens", opt.tokens, "tokens per rank (tau), comma list")->delimiter(',');
-  app.add_option("--trace", opt.trace_path, "per-layer expert histograms CSV (layer,e0,...)");
+  app.add_option("--trace", opt.trace_path, "routing trace (any iser format; default: bundled)");
   app.add_option("--layers", opt.layers, "trace layers: first:last:step or comma list");
   app.add_option("--alpha", opt.alpha, "power-law exponent");
   app.add_option("-P,--ranks", opt.num_ranks, "EP degree simulated");
@@ -415,7 +427,7 @@ int e3_main(const std::vector<std::string>& args) {
   app.add_option("-w,--warmup", opt.warmup, "warm-up calls per timed rank");
   app.add_option("-n,--iters", opt.iters, "timed calls per rank (median)");
   app.add_option("--margin", opt.margin, "time ranks with load >= (1 - margin) * max");
-  app.add_option("--seed", opt.seed, "routing / weight seed");
+  app.add_option("--seed", opt.seed, "power-law / weight seed");
   app.add_flag("-G,--graph", opt.graph, "time CUDA-graph launches of the captured call");
   app.add_option("--gemm", opt.gemm, "lt (cublasLt, pinned algorithm) or grouped (cuBLAS grouped)");
   app.add_option("-J,--json", opt.json_path, "write results as JSON");

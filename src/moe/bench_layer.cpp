@@ -13,6 +13,7 @@
 #include <cmath>
 #include <cstdio>
 #include <cstdlib>
+#include <random>
 #include <string>
 #include <vector>
 
@@ -26,7 +27,7 @@
 #include "iser/metrics.h"
 #include "iser/moe_bench.h"
 #include "iser/moe_ep_layer.h"
-#include "moe/bench_routing.h"
+#include "iser/trace.h"
 #include "moe/device_buffer.h"
 
 extern char** environ;
@@ -137,16 +138,23 @@ int run_rank(const LayerBenchOptions& opt, int rank, int world, const std::strin
   for (const std::string& routing : opt.routings) {
     ISER_CHECK(routing == "power-law" || routing == "balanced",
                "--routing '{}': expected power-law or balanced", routing);
-    const std::vector<double> weights =
-        routing == "balanced" ? std::vector<double>(opt.num_experts, 1.0)
-                              : power_law_weights(opt.num_experts, opt.alpha, opt.seed);
-    const std::vector<int32_t> all_ids = sample_topk(weights, int64_t{opt.num_ranks} * opt.tokens,
-                                                     opt.top_k, mix_seed(opt.seed, 7, opt.tokens));
+    // balanced = the power-law generator with exponent 0 (uniform popularity).
+    SyntheticOptions synthetic;
+    synthetic.num_experts = opt.num_experts;
+    synthetic.top_k = opt.top_k;
+    synthetic.num_layers = 1;
+    synthetic.alpha = routing == "balanced" ? 0.0 : opt.alpha;
+    synthetic.seed = opt.seed;
+    const std::vector<int32_t> all_ids =
+        make_synthetic(synthetic)->tokens(0, 0, opt.num_ranks, opt.tokens);
     const std::vector<int32_t> ids(all_ids.begin() + rank * local_routes,
                                    all_ids.begin() + (rank + 1) * local_routes);
+    // Gate weights in [0.05, 1): mt19937_64's output sequence is fixed by the standard.
     std::vector<float> topk_weights(local_routes);
-    SplitMix64 rng(mix_seed(opt.seed, 11, static_cast<uint64_t>(rank)));
-    for (float& w : topk_weights) w = static_cast<float>(0.05 + 0.95 * rng.uniform());
+    std::mt19937_64 rng(opt.seed * 1000003 + static_cast<uint64_t>(rank));
+    for (float& w : topk_weights) {
+      w = static_cast<float>(0.05 + 0.95 * static_cast<double>(rng() >> 11) * 0x1.0p-53);
+    }
     const CountMatrix counts =
         CountMatrix::from_topk(all_ids, opt.num_ranks, opt.tokens, opt.top_k, opt.num_experts);
 
