@@ -245,7 +245,10 @@ LayerInvocationStats EpMoeLayer::forward(const void* input, std::span<const int3
   }
   // NOTE: invocations do not overlap: the previous one's buffers (maps, copy list, bank) are
   // free once its last MAIN event completed.
-  if (s.pending) ISER_CUDA_CHECK(cudaEventSynchronize(s.end.get()));
+  if (s.pending) {
+    ISER_CUDA_CHECK(cudaEventSynchronize(s.end.get()));
+    ISER_CUDA_CHECK(cudaStreamSynchronize(s.copy));  // the replicate kernel read the copy list
+  }
   s.pending = true;
   s.last_balanced = balance;
   s.host_times = {};
