@@ -77,8 +77,9 @@ class ExpertBank {
 
 // How the two GEMM passes run.
 enum class GemmBackend : uint8_t {
-  // cublasLt, one call per non-empty slot, with one algorithm per pass pinned at construction
-  // (no split-K). Each output element's accumulation order then depends on the expert shape
+  // cublasLt, one call per non-empty slot (spread over 4 streams, forked from and joined to the
+  // caller's stream), with one algorithm per pass pinned at construction (no split-K). Each output
+  // element's accumulation order then depends on the expert shape
   // only, so a token's output bytes do not depend on its slot's row count or its position: the
   // ON/OFF bitwise guarantee rests on this. The default.
   kLtPinned = 0,

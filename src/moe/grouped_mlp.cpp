@@ -112,6 +112,7 @@ namespace {
 // cuBLAS workspace set explicitly so that capture never allocates (and split-K has room).
 constexpr size_t kCublasWorkspaceBytes = size_t{32} << 20;
 constexpr int kMaxGroups = cuda::GroupPointersConfig::kMaxGroups;
+constexpr int kLtLanes = 4;
 }  // namespace
 
 struct GroupedMlp::Impl {
@@ -124,6 +125,15 @@ struct GroupedMlp::Impl {
   std::unique_ptr<PinnedLtGemm> gemm1, gemm2;  // kLtPinned
   std::vector<SlotWeights> host_table;
   DeviceBuffer workspace;
+  // kLtPinned: per-slot GEMMs spread round-robin over a few streams (fork/join with events on
+  // the caller's stream) so that one slot's last partial wave overlaps the next slot's tiles.
+  struct Lane {
+    cudaStream_t stream = nullptr;
+    cudaEvent_t done = nullptr;
+    DeviceBuffer workspace;
+  };
+  std::vector<Lane> lanes;
+  cudaEvent_t fork_event = nullptr;
   DeviceBuffer h13;       // [max_rows, 2I]
   DeviceBuffer act;       // [max_rows, I]
   DeviceBuffer tables;    // w13 table [num_slots], w2 table [num_slots]
@@ -136,6 +146,11 @@ struct GroupedMlp::Impl {
   std::vector<float> alpha, beta;
 
   ~Impl() {
+    for (Lane& lane : lanes) {
+      if (lane.done != nullptr) cudaEventDestroy(lane.done);
+      if (lane.stream != nullptr) cudaStreamDestroy(lane.stream);
+    }
+    if (fork_event != nullptr) cudaEventDestroy(fork_event);
     gemm1.reset();
     gemm2.reset();
     if (lt != nullptr) cublasLtDestroy(lt);
@@ -167,6 +182,13 @@ GroupedMlp::GroupedMlp(ExpertShape shape, int num_slots, int64_t max_rows, GemmB
                                              reference_rows, max_rows, kCublasWorkspaceBytes);
     s.gemm2 = std::make_unique<PinnedLtGemm>(s.lt, shape.hidden, shape.intermediate, reference_rows,
                                              max_rows, kCublasWorkspaceBytes);
+    ISER_CUDA_CHECK(cudaEventCreateWithFlags(&s.fork_event, cudaEventDisableTiming));
+    s.lanes.resize(std::min(kLtLanes, num_slots));
+    for (Impl::Lane& lane : s.lanes) {
+      ISER_CUDA_CHECK(cudaStreamCreateWithFlags(&lane.stream, cudaStreamNonBlocking));
+      ISER_CUDA_CHECK(cudaEventCreateWithFlags(&lane.done, cudaEventDisableTiming));
+      lane.workspace = DeviceBuffer(kCublasWorkspaceBytes);
+    }
   } else {
     ISER_CUBLAS_CHECK(cublasCreate(&s.handle));
     ISER_CUBLAS_CHECK(cublasSetWorkspace(s.handle, s.workspace.get(), s.workspace.bytes()));
@@ -265,19 +287,37 @@ void GroupedMlp::Impl::run_lt(const cuda::GroupPointersParams& params, int64_t t
   const auto* x = static_cast<const uint16_t*>(params.x);
   auto* h = h13.get<uint16_t>();
   auto* a = act.get<uint16_t>();
-  for (int g = 0; g < params.num_groups; ++g) {
+  const int num_lanes = std::min(static_cast<int>(lanes.size()), params.num_groups);
+  // One GEMM pass: group g on lane g % num_lanes, or on `stream` itself for a single group.
+  const auto pass = [&](auto&& launch) {
+    if (num_lanes <= 1) {
+      for (int g = 0; g < params.num_groups; ++g) launch(g, stream, workspace);
+      return;
+    }
+    ISER_CUDA_CHECK(cudaEventRecord(fork_event, stream));
+    for (int l = 0; l < num_lanes; ++l) {
+      ISER_CUDA_CHECK(cudaStreamWaitEvent(lanes[l].stream, fork_event));
+    }
+    for (int g = 0; g < params.num_groups; ++g) {
+      Lane& lane = lanes[g % num_lanes];
+      launch(g, lane.stream, lane.workspace);
+    }
+    for (int l = 0; l < num_lanes; ++l) {
+      ISER_CUDA_CHECK(cudaEventRecord(lanes[l].done, lanes[l].stream));
+      ISER_CUDA_CHECK(cudaStreamWaitEvent(stream, lanes[l].done));
+    }
+  };
+  pass([&](int g, cudaStream_t on, DeviceBuffer& ws) {
     const int64_t row = params.row_begin[g];
-    const int64_t rows = n[g];
-    gemm1->run(host_table[params.slot[g]].w13, x + row * he, h + row * 2 * inter, rows,
-               workspace.get(), workspace.bytes(), stream);
-  }
+    gemm1->run(host_table[params.slot[g]].w13, x + row * he, h + row * 2 * inter, n[g], ws.get(),
+               ws.bytes(), on);
+  });
   cuda::launch_silu_mul({h, a, total_rows, shape.intermediate}, stream);
-  for (int g = 0; g < params.num_groups; ++g) {
+  pass([&](int g, cudaStream_t on, DeviceBuffer& ws) {
     const int64_t row = params.row_begin[g];
-    const int64_t rows = n[g];
-    gemm2->run(host_table[params.slot[g]].w2, a + row * inter, params.y + row * he, rows,
-               workspace.get(), workspace.bytes(), stream);
-  }
+    gemm2->run(host_table[params.slot[g]].w2, a + row * inter, params.y + row * he, n[g], ws.get(),
+               ws.bytes(), on);
+  });
 }
 
 void GroupedMlp::Impl::run_grouped(cuda::GroupPointersParams& params, int64_t total_rows,
