@@ -13,6 +13,7 @@
 #include "iser/rewrite.h"
 #include "iser/validator.h"
 #include "moe/device_buffer.h"
+#include "moe/routing_maps.h"
 
 namespace iser::moe {
 namespace {
@@ -39,23 +40,6 @@ float elapsed_ms(const Event& from, const Event& to) {
 double since_us(std::chrono::steady_clock::time_point start) {
   return std::chrono::duration<double, std::micro>(std::chrono::steady_clock::now() - start)
       .count();
-}
-
-// Local slot of rank `rank_idx` that computes its routes of `expert` under `plan` (DESIGN §4.5):
-// the helper slot of a broadcast whose group holds the rank (the owner too, unless the plan
-// serves owners from home), else the home slot, which must then be the rank's own expert.
-int local_slot_of(const Topology& topo, const Plan& plan, const std::vector<int>& broadcast_of,
-                  int expert, int rank_idx) {
-  const int b = broadcast_of[expert];
-  if (b >= 0) {
-    const Broadcast& bc = plan.broadcasts[b];
-    const bool home_owner = rank_idx == bc.owner && plan.owner_uses_home_slot;
-    if (bc.in_group(rank_idx) && !home_owner) return topo.experts_per_rank() + bc.helper;
-  }
-  ISER_CHECK(topo.owner_of(expert) == rank_idx,
-             "ep layer: rank {} computes expert {} without a replica (internal error)", rank_idx,
-             expert);
-  return expert - topo.first_home_expert(rank_idx);
 }
 
 }  // namespace
@@ -286,10 +270,6 @@ LayerInvocationStats EpMoeLayer::forward(const void* input, std::span<const int3
   LayerInvocationStats stats;
   stats.plan = balance ? s.policy->plan(counts).plan : make_empty_plan(topo, counts);
   if (balance) check_plan(topo, counts, stats.plan, s.policy->validation());
-  std::vector<int> broadcast_of(num_experts, -1);
-  for (size_t b = 0; b < stats.plan.broadcasts.size(); ++b) {
-    broadcast_of[stats.plan.broadcasts[b].expert] = static_cast<int>(b);
-  }
 
   // COPY: replication of the plan's experts into the groups' helper slots.
   std::vector<CopyOp> ops;
@@ -312,73 +292,10 @@ LayerInvocationStats EpMoeLayer::forward(const void* input, std::span<const int3
     s.copy_end.record(s.copy);
   }
 
-  // Host: routing maps. Send side: my routes sorted by global slot (destination rank major,
-  // then local slot, then token and choice); the combine receives them back in that order.
-  std::vector<int32_t> slot_ids(local_routes);
-  rewrite_tokens(topo, counts, stats.plan, s.rank, topk_ids, top_k, slot_ids);
-  std::vector<int64_t> slot_begin(static_cast<size_t>(topo.total_slots()) + 1, 0);
-  for (int32_t slot : slot_ids) {
-    if (slot >= 0) ++slot_begin[slot + 1];
-  }
-  std::vector<int64_t> send_slot_count(slot_begin.begin() + 1, slot_begin.end());
-  for (int g = 0; g < topo.total_slots(); ++g) slot_begin[g + 1] += slot_begin[g];
-  std::vector<int32_t> send_gather(slot_begin.back()), route_row(local_routes, -1);
-  {
-    std::vector<int64_t> cursor(slot_begin.begin(), slot_begin.end() - 1);
-    for (int64_t i = 0; i < local_routes; ++i) {
-      if (slot_ids[i] < 0) continue;
-      const int64_t r = cursor[slot_ids[i]]++;
-      route_row[i] = static_cast<int32_t>(r);
-      send_gather[r] = static_cast<int32_t>(i / top_k);
-    }
-  }
-  std::vector<int64_t> send_off(num_ranks), send_count(num_ranks);
-  for (int d = 0; d < num_ranks; ++d) {
-    send_off[d] = slot_begin[static_cast<size_t>(d) * per_rank];
-    send_count[d] = slot_begin[static_cast<size_t>(d + 1) * per_rank] - send_off[d];
-  }
-
-  // Receive side from the count-level rewrite (every rank derives the same flows): routes from
-  // source s into my local slot l. My own sends must agree with what the peers derive.
-  std::vector<int64_t> recv(static_cast<size_t>(num_ranks) * per_rank, 0);
-  std::vector<int64_t> derived_send(static_cast<size_t>(topo.total_slots()), 0);
-  for (const RouteFlow& flow : rewrite_flows(topo, counts, stats.plan)) {
-    const int l = local_slot_of(topo, stats.plan, broadcast_of, flow.expert, flow.dst_rank);
-    if (flow.dst_rank == s.rank)
-      recv[static_cast<size_t>(flow.src_rank) * per_rank + l] += flow.routes;
-    if (flow.src_rank == s.rank) derived_send[topo.global_slot(flow.dst_rank, l)] += flow.routes;
-  }
-  ISER_CHECK(derived_send == send_slot_count,
-             "ep layer: rank {}: token-level rewrite disagrees with the count-level flows "
-             "(internal error)",
-             s.rank);
-  std::vector<int64_t> recv_off(num_ranks), recv_count(num_ranks, 0);
-  std::vector<int32_t> rows_per_slot(per_rank, 0);
-  int64_t total_recv = 0;
-  for (int src = 0; src < num_ranks; ++src) {
-    recv_off[src] = total_recv;
-    for (int l = 0; l < per_rank; ++l) {
-      recv_count[src] += recv[static_cast<size_t>(src) * per_rank + l];
-      rows_per_slot[l] += static_cast<int32_t>(recv[static_cast<size_t>(src) * per_rank + l]);
-    }
-    total_recv += recv_count[src];
-  }
-  // Expert input in (slot, source, route) order; back_gather inverts it for the combine.
-  std::vector<int32_t> expert_gather(total_recv), back_gather(total_recv);
-  {
-    int64_t expert_row = 0;
-    for (int l = 0; l < per_rank; ++l) {
-      for (int src = 0; src < num_ranks; ++src) {
-        int64_t within = recv_off[src];
-        for (int l2 = 0; l2 < l; ++l2) within += recv[static_cast<size_t>(src) * per_rank + l2];
-        for (int64_t i = 0; i < recv[static_cast<size_t>(src) * per_rank + l]; ++i) {
-          expert_gather[expert_row] = static_cast<int32_t>(within + i);
-          back_gather[within + i] = static_cast<int32_t>(expert_row);
-          ++expert_row;
-        }
-      }
-    }
-  }
+  // Host: routing maps (who sends what where, in which slot order).
+  const RoutingMaps maps = build_routing_maps(topo, counts, stats.plan, s.rank, topk_ids, top_k);
+  const std::vector<int32_t>& rows_per_slot = maps.rows_per_slot;
+  const int64_t total_recv = maps.total_recv;
   stats.rank_loads.assign(num_ranks, 0);
   stats.rank_loads[s.rank] = total_recv;
   for (int l = home; l < per_rank; ++l) stats.helper_routes += rows_per_slot[l];
@@ -390,16 +307,18 @@ LayerInvocationStats EpMoeLayer::forward(const void* input, std::span<const int3
       ISER_CUDA_CHECK(cudaMemcpyAsync(to.get(), from, bytes, cudaMemcpyHostToDevice, s.main));
     }
   };
-  upload(s.send_gather, send_gather.data(), send_gather.size() * 4);
-  upload(s.expert_gather, expert_gather.data(), expert_gather.size() * 4);
-  upload(s.back_gather, back_gather.data(), back_gather.size() * 4);
-  upload(s.route_row, route_row.data(), route_row.size() * 4);
+  upload(s.send_gather, maps.send_gather.data(), maps.send_gather.size() * 4);
+  upload(s.expert_gather, maps.expert_gather.data(), maps.expert_gather.size() * 4);
+  upload(s.back_gather, maps.back_gather.data(), maps.back_gather.size() * 4);
+  upload(s.route_row, maps.route_row.data(), maps.route_row.size() * 4);
   upload(s.route_weight, topk_weights.data(), topk_weights.size() * 4);
   const int hidden = s.config.shape.hidden;
-  cuda::launch_gather_rows({static_cast<const uint16_t*>(input), s.send_buf.get<uint16_t>(),
-                            s.send_gather.get<int32_t>(), slot_begin.back(), hidden},
-                           s.main);
-  s.send_recv(s.send_buf, send_off, send_count, s.recv_buf, recv_off, recv_count);
+  cuda::launch_gather_rows(
+      {static_cast<const uint16_t*>(input), s.send_buf.get<uint16_t>(),
+       s.send_gather.get<int32_t>(), static_cast<int64_t>(maps.send_gather.size()), hidden},
+      s.main);
+  s.send_recv(s.send_buf, maps.send_off, maps.send_count, s.recv_buf, maps.recv_off,
+              maps.recv_count);
   cuda::launch_gather_rows({s.recv_buf.get<uint16_t>(), s.x_expert.get<uint16_t>(),
                             s.expert_gather.get<int32_t>(), total_recv, hidden},
                            s.main);
@@ -421,7 +340,7 @@ LayerInvocationStats EpMoeLayer::forward(const void* input, std::span<const int3
   cuda::launch_gather_rows({s.y_expert.get<uint16_t>(), s.y_back.get<uint16_t>(),
                             s.back_gather.get<int32_t>(), total_recv, hidden},
                            s.main);
-  s.send_recv(s.y_back, recv_off, recv_count, s.comb_buf, send_off, send_count);
+  s.send_recv(s.y_back, maps.recv_off, maps.recv_count, s.comb_buf, maps.send_off, maps.send_count);
   cuda::launch_combine(
       {s.comb_buf.get<uint16_t>(), s.route_row.get<int32_t>(), s.route_weight.get<float>(),
        s.shared_out.get<uint16_t>(), static_cast<uint16_t*>(output), tau, top_k, hidden},
