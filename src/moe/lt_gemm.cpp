@@ -9,16 +9,7 @@
 namespace iser::moe {
 namespace {
 
-template <typename T>
-T algo_attr(const cublasLtMatmulAlgo_t& algo, cublasLtMatmulAlgoConfigAttributes_t attr) {
-  T value{};
-  size_t written = 0;
-  ISER_CUBLAS_CHECK(
-      cublasLtMatmulAlgoConfigGetAttribute(&algo, attr, &value, sizeof(value), &written));
-  return value;
-}
-
-// For descriptions only: -1 where the attribute cannot be read.
+// -1 where the attribute cannot be read.
 template <typename T>
 long long algo_attr_or(const cublasLtMatmulAlgo_t& algo,
                        cublasLtMatmulAlgoConfigAttributes_t attr) {
@@ -35,6 +26,16 @@ long long algo_attr_or(const cublasLtMatmulAlgo_t& algo,
 PinnedLtGemm::PinnedLtGemm(cublasLtHandle_t lt, int m, int k, int reference_n, int64_t max_n,
                            size_t workspace_bytes)
     : lt_(lt), m_(m), k_(k) {
+  try {
+    pin(reference_n, max_n, workspace_bytes);
+  } catch (...) {
+    release();  // the destructor does not run for a constructor that throws
+    throw;
+  }
+}
+
+void PinnedLtGemm::pin(int reference_n, int64_t max_n, size_t workspace_bytes) {
+  const int m = m_, k = k_;
   ISER_CUBLAS_CHECK(cublasLtMatmulDescCreate(&desc_, CUBLAS_COMPUTE_32F, CUDA_R_32F));
   const cublasOperation_t trans_a = CUBLAS_OP_T, trans_b = CUBLAS_OP_N;
   ISER_CUBLAS_CHECK(cublasLtMatmulDescSetAttribute(desc_, CUBLASLT_MATMUL_DESC_TRANSA, &trans_a,
@@ -63,13 +64,9 @@ PinnedLtGemm::PinnedLtGemm(cublasLtHandle_t lt, int m, int k, int reference_n, i
   for (int i = 0; i < found && !pinned; ++i) {
     if (results[i].state != CUBLAS_STATUS_SUCCESS) continue;
     cublasLtMatmulAlgo_t algo = results[i].algo;
-    if (algo_attr<int32_t>(algo, CUBLASLT_ALGO_CONFIG_SPLITK_NUM) > 1) continue;
-    const int32_t one = 1;
-    const uint32_t none = CUBLASLT_REDUCTION_SCHEME_NONE;
-    ISER_CUBLAS_CHECK(cublasLtMatmulAlgoConfigSetAttribute(&algo, CUBLASLT_ALGO_CONFIG_SPLITK_NUM,
-                                                           &one, sizeof(one)));
-    ISER_CUBLAS_CHECK(cublasLtMatmulAlgoConfigSetAttribute(
-        &algo, CUBLASLT_ALGO_CONFIG_REDUCTION_SCHEME, &none, sizeof(none)));
+    // Split-K sums partial products in an order that depends on n; such candidates are skipped
+    // (not reconfigured: not every kernel accepts a changed configuration).
+    if (algo_attr_or<int32_t>(algo, CUBLASLT_ALGO_CONFIG_SPLITK_NUM) > 1) continue;
     bool valid = true;
     for (int64_t n : check_n) {
       set_n(n);
@@ -95,6 +92,10 @@ PinnedLtGemm::PinnedLtGemm(cublasLtHandle_t lt, int m, int k, int reference_n, i
 }
 
 PinnedLtGemm::~PinnedLtGemm() {
+  release();
+}
+
+void PinnedLtGemm::release() noexcept {
   if (d_ != nullptr) cublasLtMatrixLayoutDestroy(d_);
   if (b_ != nullptr) cublasLtMatrixLayoutDestroy(b_);
   if (a_ != nullptr) cublasLtMatrixLayoutDestroy(a_);

@@ -29,6 +29,8 @@ class PinnedLtGemm {
   const std::string& description() const { return description_; }
 
  private:
+  void pin(int reference_n, int64_t max_n, size_t workspace_bytes);
+  void release() noexcept;
   void set_n(int64_t n);
 
   cublasLtHandle_t lt_ = nullptr;
