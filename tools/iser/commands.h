@@ -14,4 +14,8 @@ void add_plan_command(CLI::App& app);     // cmd_plan.cpp
 void add_replay_command(CLI::App& app);   // cmd_replay.cpp
 void add_convert_command(CLI::App& app);  // cmd_convert.cpp
 
+#if defined(ISER_WITH_CUDA)
+void add_bench_command(CLI::App& app);  // GPU benchmarks (cmd_bench.cpp)
+#endif
+
 }  // namespace iser::cli

@@ -1,0 +1,10 @@
+// E3 analogue on one GPU: slowest-rank expert time OFF / ON / balanced (DESIGN §11).
+// Same flags as `iser bench moe e3`; see include/iser/moe_bench.h.
+#include <string>
+#include <vector>
+
+#include "iser/moe_bench.h"
+
+int main(int argc, char** argv) {
+  return iser::moe::e3_main(std::vector<std::string>(argv + 1, argv + argc));
+}

@@ -1,0 +1,134 @@
+// Expert compute of the reference EP MoE layer (DESIGN §10): a gated MLP per expert slot,
+//   y = W2 · (silu(W1 · x) ⊙ (W3 · x)),
+// bf16 weights and activations, fp32 accumulation, over the H home + S helper slots of one rank,
+// computed with cuBLAS grouped GEMM (one group per non-empty slot).
+//
+// Device buffers cross this API as untyped pointers and streams as `Stream` (the opaque
+// CUstream_st* behind cudaStream_t), so the header needs no CUDA include.
+#pragma once
+
+#include <cstdint>
+#include <memory>
+#include <span>
+#include <string>
+#include <vector>
+
+#include "iser/counts.h"
+#include "iser/plan.h"
+#include "iser/topology.h"
+
+struct CUstream_st;
+
+namespace iser::moe {
+
+using Stream = CUstream_st*;  // a cudaStream_t; nullptr is the legacy default stream
+
+// One routed expert's shape. Default: DeepSeek-V4-Pro (He = 7168, I = 3072).
+struct ExpertShape {
+  int hidden = 7168;        // He
+  int intermediate = 3072;  // I
+
+  int64_t w13_elems() const { return 2LL * intermediate * hidden; }
+  int64_t w2_elems() const { return static_cast<int64_t>(hidden) * intermediate; }
+  // Bytes of one expert's bf16 weights (its bundle, without scales).
+  int64_t bundle_bytes() const { return 2 * (w13_elems() + w2_elems()); }
+  // Multiply-adds x2 per routed token (both GEMMs).
+  int64_t flops_per_route() const { return 6LL * hidden * intermediate; }
+  // Throws iser::Error unless both are positive multiples of 8 (16-byte rows).
+  void check() const;
+};
+
+// One slot's weights, device pointers, bf16, row-major:
+//   w13 [2I, He]: rows [0, I) are W1 (gate), rows [I, 2I) are W3 (up);  w2 [He, I].
+struct SlotWeights {
+  const void* w13 = nullptr;
+  const void* w2 = nullptr;
+};
+
+// Fills one expert's weights with the pseudo-random values ExpertBank::fill_slot_random gives
+// slot `expert_idx`: the same bytes wherever the expert lives (a bank, symmetric memory).
+void fill_expert_random(void* w13, void* w2, const ExpertShape& shape, int expert_idx,
+                        uint64_t seed, float scale, Stream stream);
+
+// Device-resident bf16 weights of `num_slots` experts, contiguous per slot. Filled with
+// deterministic pseudo-random values (seeded per slot) so tests and benchmarks need no files.
+class ExpertBank {
+ public:
+  ExpertBank(ExpertShape shape, int num_slots);
+  ~ExpertBank();
+  ExpertBank(ExpertBank&&) noexcept;
+  ExpertBank& operator=(ExpertBank&&) noexcept;
+
+  const ExpertShape& shape() const;
+  int num_slots() const;
+  SlotWeights slot(int slot_idx) const;
+  void* w13(int slot_idx);
+  void* w2(int slot_idx);
+  // Values uniform in [-scale, scale), a function of (seed, slot_idx, element) only.
+  void fill_random(uint64_t seed, float scale, Stream stream);
+  void fill_slot_random(int slot_idx, uint64_t seed, float scale, Stream stream);
+  // Byte copy of one slot (a replica): this[dst_slot] = src[src_slot].
+  void copy_slot_from(int dst_slot, const ExpertBank& src, int src_slot, Stream stream);
+
+ private:
+  struct Impl;
+  std::unique_ptr<Impl> impl_;
+};
+
+// How the two GEMM passes run.
+enum class GemmBackend : uint8_t {
+  // cublasLt, one call per non-empty slot (spread over 4 streams, forked from and joined to the
+  // caller's stream), with one algorithm per pass pinned at construction (no split-K). Each output
+  // element's accumulation order then depends on the expert shape
+  // only, so a token's output bytes do not depend on its slot's row count or its position: the
+  // ON/OFF bitwise guarantee rests on this. The default.
+  kLtPinned = 0,
+  // cublasGemmGroupedBatchedEx, one call per pass for all slots. cuBLAS picks kernels from the
+  // whole problem set, so a token's output can differ in the last bits between groupings
+  // (measured on H200); kept for comparison.
+  kGrouped = 1,
+};
+
+// Grouped gated MLP over the slots of one rank. Rows of x are grouped by slot, in slot order:
+// slot s owns rows [offset[s], offset[s] + rows_per_slot[s]) with offset the exclusive prefix
+// sum. Empty slots launch nothing. One instance serves one stream at a time (its scratch buffers
+// are stream-ordered); run() is asynchronous and capturable in a CUDA graph (its problem sizes
+// are host values fixed at capture).
+class GroupedMlp {
+ public:
+  GroupedMlp(ExpertShape shape, int num_slots, int64_t max_rows,
+             GemmBackend backend = GemmBackend::kLtPinned);
+  ~GroupedMlp();
+  GroupedMlp(GroupedMlp&&) noexcept;
+  GroupedMlp& operator=(GroupedMlp&&) noexcept;
+
+  const ExpertShape& shape() const;
+  int num_slots() const;
+  int64_t max_rows() const;
+  GemmBackend backend() const;
+  std::string describe() const;  // backend and pinned algorithms, for benchmark headers
+
+  // Pointer table of every slot (num_slots entries, none null). Stream-ordered on `stream`.
+  void set_weights(std::span<const SlotWeights> slots, Stream stream);
+  // x, y: [sum(rows_per_slot), He] bf16 device buffers (may not alias). Throws iser::Error when
+  // the row count exceeds max_rows or rows_per_slot has the wrong size or a negative entry.
+  void run(const void* x, std::span<const int32_t> rows_per_slot, void* y, Stream stream);
+
+ private:
+  struct Impl;
+  std::unique_ptr<Impl> impl_;
+};
+
+// Routes each local slot of each rank computes under `plan`: [P][H + S], row-major. A home slot
+// keeps its expert's routes that no helper slot takes; helper slot H + h_b of a host r in G_b
+// takes q_b[r]; an owner outside G_b (or any owner when plan.owner_uses_home_slot) serves its
+// quota from its home slot. Row sums equal plan.loads (checked; iser::Error otherwise).
+std::vector<int32_t> slot_loads(const Topology& topo, const CountMatrix& counts, const Plan& plan);
+
+// Host-side fp32 reference of one slot (tests): y = W2 · bf16(silu(h1) · h3) with h = bf16(W·x),
+// mirroring the device rounding points. Inputs are bf16 bit patterns (uint16_t).
+std::vector<float> reference_gated_mlp(const ExpertShape& shape, std::span<const uint16_t> w13,
+                                       std::span<const uint16_t> w2, std::span<const uint16_t> x,
+                                       int num_rows);
+
+}  // namespace iser::moe

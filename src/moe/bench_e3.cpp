@@ -1,0 +1,446 @@
+// E3 analogue on one GPU (include/iser/moe_bench.h): the paper's Figure 9 with cuBLAS grouped
+// GEMM standing in for MegaMoE. EP ranks are simulated: every rank's expert computation is the
+// same grouped gated MLP over its H home + S helper slots, so each rank is timed alone on the one
+// GPU with its own per-slot loads, and a cell reports its slowest rank.
+//
+// Routing from the routing data layer (include/iser/trace.h): (a) the synthetic power-law
+// generator (Zipf exponent alpha) and (b) a per-layer histogram trace (default: the bundled
+// DeepSeek-V4.1-Flash coding histograms), both sampled with the E3 rule of DESIGN §8 (each token
+// draws top-k distinct experts with probability proportional to the count), iteration 0.
+#include <algorithm>
+#include <cmath>
+#include <cstdio>
+#include <filesystem>
+#include <fstream>
+#include <numeric>
+#include <sstream>
+#include <string>
+#include <vector>
+
+#include <cuda_runtime.h>
+#include <fmt/format.h>
+#include <CLI/CLI.hpp>
+#include <nlohmann/json.hpp>
+
+#include "cuda/moe_kernels.h"
+#include "iser/counts.h"
+#include "iser/error.h"
+#include "iser/metrics.h"
+#include "iser/moe.h"
+#include "iser/moe_bench.h"
+#include "iser/policy.h"
+#include "iser/trace.h"
+#include "moe/device_buffer.h"
+
+namespace iser::moe {
+namespace {
+
+struct E3Options {
+  std::vector<std::string> routings = {"power-law", "trace"};
+  std::vector<int> tokens = {8192, 16384};
+  std::string trace_path;         // empty: the bundled trace
+  std::string layers = "3:39:4";  // trace layers: first:last:step or a comma list
+  double alpha = 0.8;
+  int num_ranks = 8;
+  int num_experts = 384;
+  int num_slots = 4;
+  int top_k = 6;
+  ExpertShape shape;
+  std::string policy = "halo-q";
+  int warmup = 3;
+  int iters = 20;
+  double margin = 0.02;  // time every rank whose load is within this fraction of the largest
+  uint64_t seed = 1;
+  bool graph = false;
+  std::string gemm = "lt";
+  std::string json_path;
+};
+
+std::vector<int> parse_layers(const std::string& spec, int num_layers) {
+  std::vector<int> layers;
+  if (spec.find(':') != std::string::npos) {
+    int first = 0, last = 0, step = 1;
+    ISER_CHECK(std::sscanf(spec.c_str(), "%d:%d:%d", &first, &last, &step) == 3 && step > 0,
+               "--layers '{}': expected first:last:step", spec);
+    for (int l = first; l <= last; l += step) layers.push_back(l);
+  } else {
+    std::stringstream fields(spec);
+    std::string field;
+    while (std::getline(fields, field, ',')) layers.push_back(std::stoi(field));
+  }
+  for (int l : layers) {
+    ISER_CHECK(l >= 0 && l < num_layers, "--layers: layer {} outside [0, {})", l, num_layers);
+  }
+  return layers;
+}
+
+// ---- timing --------------------------------------------------------------------------------
+
+class RankTimer {
+ public:
+  RankTimer(GroupedMlp& mlp, const void* x, void* y, int warmup, int iters, bool graph)
+      : mlp_(mlp), x_(x), y_(y), warmup_(warmup), iters_(iters), graph_(graph), events_(2 * iters) {
+    ISER_CUDA_CHECK(cudaStreamCreateWithFlags(&stream_, cudaStreamNonBlocking));
+    for (auto& event : events_) ISER_CUDA_CHECK(cudaEventCreate(&event));
+  }
+  ~RankTimer() {
+    for (auto event : events_) cudaEventDestroy(event);
+    cudaStreamDestroy(stream_);
+  }
+  RankTimer(const RankTimer&) = delete;
+  RankTimer& operator=(const RankTimer&) = delete;
+
+  // Median over `iters` timed calls (after `warmup`) of one rank's grouped MLP, microseconds.
+  double median_us(std::span<const int32_t> rows_per_slot) {
+    cudaGraphExec_t exec = nullptr;
+    if (graph_) {
+      cudaGraph_t graph = nullptr;
+      ISER_CUDA_CHECK(cudaStreamBeginCapture(stream_, cudaStreamCaptureModeThreadLocal));
+      mlp_.run(x_, rows_per_slot, y_, stream_);
+      ISER_CUDA_CHECK(cudaStreamEndCapture(stream_, &graph));
+      ISER_CUDA_CHECK(cudaGraphInstantiate(&exec, graph, 0));
+      cudaGraphDestroy(graph);
+    }
+    const auto launch = [&] {
+      if (exec != nullptr) {
+        ISER_CUDA_CHECK(cudaGraphLaunch(exec, stream_));
+      } else {
+        mlp_.run(x_, rows_per_slot, y_, stream_);
+      }
+    };
+    for (int i = 0; i < warmup_; ++i) launch();
+    for (int i = 0; i < iters_; ++i) {
+      ISER_CUDA_CHECK(cudaEventRecord(events_[2 * i], stream_));
+      launch();
+      ISER_CUDA_CHECK(cudaEventRecord(events_[2 * i + 1], stream_));
+    }
+    ISER_CUDA_CHECK(cudaStreamSynchronize(stream_));
+    if (exec != nullptr) cudaGraphExecDestroy(exec);
+    std::vector<double> us(iters_);
+    for (int i = 0; i < iters_; ++i) {
+      float ms = 0;
+      ISER_CUDA_CHECK(cudaEventElapsedTime(&ms, events_[2 * i], events_[2 * i + 1]));
+      us[i] = 1e3 * ms;
+    }
+    std::sort(us.begin(), us.end());
+    return iters_ % 2 ? us[iters_ / 2] : 0.5 * (us[iters_ / 2 - 1] + us[iters_ / 2]);
+  }
+
+ private:
+  GroupedMlp& mlp_;
+  const void* x_;
+  void* y_;
+  int warmup_, iters_;
+  bool graph_;
+  cudaStream_t stream_ = nullptr;
+  std::vector<cudaEvent_t> events_;
+};
+
+// One configuration of the P simulated ranks: per-slot loads [P][H+S].
+struct RankLoads {
+  std::vector<int32_t> slots;
+  std::vector<int64_t> per_rank;
+};
+
+RankLoads make_rank_loads(const Topology& topo, std::vector<int32_t> slots) {
+  RankLoads loads{std::move(slots), std::vector<int64_t>(topo.num_ranks, 0)};
+  const int per_rank = topo.slots_per_rank();
+  for (int r = 0; r < topo.num_ranks; ++r) {
+    for (int s = 0; s < per_rank; ++s) loads.per_rank[r] += loads.slots[r * per_rank + s];
+  }
+  return loads;
+}
+
+struct SlowestRank {
+  double us = 0;
+  int rank = -1;
+  int num_timed = 0;
+};
+
+SlowestRank time_slowest(RankTimer& timer, const Topology& topo, const RankLoads& loads,
+                         double margin) {
+  const int64_t max_load = *std::max_element(loads.per_rank.begin(), loads.per_rank.end());
+  const int per_rank = topo.slots_per_rank();
+  SlowestRank slowest;
+  for (int r = 0; r < topo.num_ranks; ++r) {
+    if (static_cast<double>(loads.per_rank[r]) < (1.0 - margin) * static_cast<double>(max_load)) {
+      continue;
+    }
+    const double us = timer.median_us(
+        std::span<const int32_t>(loads.slots).subspan(static_cast<size_t>(r) * per_rank, per_rank));
+    ++slowest.num_timed;
+    if (us > slowest.us) slowest = {us, r, slowest.num_timed};
+  }
+  return slowest;
+}
+
+struct Cell {
+  std::string routing;
+  int layer = -1;  // -1: synthetic
+  int tokens = 0;
+  CountMatrix counts;
+  RankLoads off, on;
+  int num_broadcasts = 0;
+  SlowestRank t_off, t_on;
+};
+
+double ratio_r(const RankLoads& loads) {
+  return imbalance_ratio(loads.per_rank);
+}
+
+struct Fit {
+  double slope = 0, intercept = 0, pearson = 0;
+};
+Fit linear_fit(const std::vector<double>& x, const std::vector<double>& y) {
+  const double n = static_cast<double>(x.size());
+  const double mx = std::accumulate(x.begin(), x.end(), 0.0) / n;
+  const double my = std::accumulate(y.begin(), y.end(), 0.0) / n;
+  double sxx = 0, syy = 0, sxy = 0;
+  for (size_t i = 0; i < x.size(); ++i) {
+    sxx += (x[i] - mx) * (x[i] - mx);
+    syy += (y[i] - my) * (y[i] - my);
+    sxy += (x[i] - mx) * (y[i] - my);
+  }
+  Fit fit;
+  if (sxx > 0) fit.slope = sxy / sxx;
+  fit.intercept = my - fit.slope * mx;
+  if (sxx > 0 && syy > 0) fit.pearson = sxy / std::sqrt(sxx * syy);
+  return fit;
+}
+
+int run(const E3Options& opt) {
+  const Topology topo = Topology::make(opt.num_ranks, opt.num_experts, opt.num_slots);
+  opt.shape.check();
+  ISER_CHECK(opt.iters >= 1 && opt.warmup >= 0, "-n {} / -w {}: need n >= 1, w >= 0", opt.iters,
+             opt.warmup);
+  const int home = topo.experts_per_rank();
+  const int per_rank = topo.slots_per_rank();
+
+  // 1. Plan every cell on the host (routing, OFF, ON).
+  std::vector<Cell> cells;
+  std::unique_ptr<RoutingSource> trace;
+  for (const std::string& routing : opt.routings) {
+    ISER_CHECK(routing == "power-law" || routing == "trace",
+               "--routing '{}': expected power-law or trace", routing);
+    if (routing == "trace") {
+      trace = open_trace(opt.trace_path.empty() ? bundled_default_trace()
+                                                : std::filesystem::path(opt.trace_path));
+      const TraceMetadata& meta = trace->metadata();
+      ISER_CHECK(meta.num_experts == opt.num_experts && meta.top_k == opt.top_k,
+                 "--trace {}: E = {}, top-k = {}; the benchmark runs E = {}, top-k = {}",
+                 meta.source, meta.num_experts, meta.top_k, opt.num_experts, opt.top_k);
+    }
+  }
+  SyntheticOptions synthetic;
+  synthetic.kind = "power-law";
+  synthetic.num_experts = opt.num_experts;
+  synthetic.top_k = opt.top_k;
+  synthetic.num_layers = 1;
+  synthetic.alpha = opt.alpha;
+  synthetic.seed = opt.seed;
+  const std::unique_ptr<RoutingSource> power_law = make_synthetic(synthetic);
+  for (int tokens : opt.tokens) {
+    ISER_CHECK(tokens > 0, "--tokens {}: must be positive", tokens);
+    for (const std::string& routing : opt.routings) {
+      const std::vector<int> layers = routing == "trace"
+                                          ? parse_layers(opt.layers, trace->metadata().num_layers)
+                                          : std::vector<int>{-1};
+      for (int layer : layers) {
+        Cell cell;
+        cell.routing = routing;
+        cell.layer = layer;
+        cell.tokens = tokens;
+        cell.counts = layer < 0 ? power_law->counts(0, 0, opt.num_ranks, tokens)
+                                : trace->counts(layer, 0, opt.num_ranks, tokens);
+        cell.off = make_rank_loads(
+            topo, slot_loads(topo, cell.counts, make_empty_plan(topo, cell.counts)));
+        auto policy = make_policy(opt.policy, topo);
+        const PolicyResult result = policy->plan(cell.counts);
+        cell.num_broadcasts = static_cast<int>(result.plan.broadcasts.size());
+        cell.on = make_rank_loads(topo, slot_loads(topo, cell.counts, result.plan));
+        cells.push_back(std::move(cell));
+      }
+    }
+  }
+
+  // 2. Device buffers sized for the largest rank load.
+  int64_t max_rows = 0;
+  for (const Cell& cell : cells) {
+    for (const RankLoads* loads : {&cell.off, &cell.on}) {
+      max_rows =
+          std::max(max_rows, *std::max_element(loads->per_rank.begin(), loads->per_rank.end()));
+    }
+  }
+  for (int tokens : opt.tokens) max_rows = std::max<int64_t>(max_rows, int64_t{tokens} * opt.top_k);
+  int device = 0;
+  cudaDeviceProp prop{};
+  ISER_CUDA_CHECK(cudaGetDevice(&device));
+  ISER_CUDA_CHECK(cudaGetDeviceProperties(&prop, device));
+  fmt::print(
+      "# E3 analogue: {} | EP{} simulated, E={} top-{} H={} S={} | expert {}x{} bf16 | "
+      "policy {} | median of {} (warm-up {}){} | ranks timed: load >= {:.0f}% of max\n",
+      prop.name, opt.num_ranks, opt.num_experts, opt.top_k, home, opt.num_slots, opt.shape.hidden,
+      opt.shape.intermediate, opt.policy, opt.iters, opt.warmup, opt.graph ? " | CUDA graph" : "",
+      100 * (1 - opt.margin));
+  std::fflush(stdout);
+
+  ISER_CHECK(opt.gemm == "lt" || opt.gemm == "grouped", "--gemm '{}': expected lt or grouped",
+             opt.gemm);
+  ExpertBank bank(opt.shape, per_rank);
+  GroupedMlp mlp(opt.shape, per_rank, max_rows,
+                 opt.gemm == "lt" ? GemmBackend::kLtPinned : GemmBackend::kGrouped);
+  fmt::print("# gemm: {}\n", mlp.describe());
+  DeviceBuffer x(static_cast<size_t>(max_rows) * opt.shape.hidden * 2);
+  DeviceBuffer y(static_cast<size_t>(max_rows) * opt.shape.hidden * 2);
+  const float weight_scale = 1.0f / std::sqrt(static_cast<float>(opt.shape.hidden));
+  bank.fill_random(opt.seed, weight_scale, nullptr);
+  cuda::launch_fill_uniform(
+      {x.get<uint16_t>(), max_rows * opt.shape.hidden, opt.seed ^ 0x5eed, 1.0f}, nullptr);
+  std::vector<SlotWeights> weights(per_rank);
+  for (int s = 0; s < per_rank; ++s) weights[s] = bank.slot(s);
+  mlp.set_weights(weights, nullptr);
+  ISER_CUDA_CHECK(cudaDeviceSynchronize());
+  RankTimer timer(mlp, x.get(), y.get(), opt.warmup, opt.iters, opt.graph);
+
+  // 3. Balanced control per token count: every expert gets tau*k/H... routes (one rank suffices).
+  std::vector<double> balanced_us;
+  for (int tokens : opt.tokens) {
+    std::vector<int32_t> rows(per_rank, 0);
+    const int64_t routes = int64_t{tokens} * opt.top_k;
+    for (int s = 0; s < home; ++s)
+      rows[s] = static_cast<int32_t>(routes / home + (s < routes % home));
+    balanced_us.push_back(timer.median_us(rows));
+    fmt::print("# balanced tau={}: {} routes/rank, {:.1f} us\n", tokens, routes,
+               balanced_us.back());
+  }
+
+  // 4. Time every cell.
+  fmt::print("{:<9} {:>5} {:>6} {:>6} {:>6} {:>4} {:>10} {:>10} {:>10} {:>8} {:>8} {:>6}\n",
+             "routing", "layer", "tau", "R_off", "R_on", "bcst", "off_us", "on_us", "bal_us",
+             "on/bal", "off/on", "timed");
+  nlohmann::json json_cells = nlohmann::json::array();
+  for (Cell& cell : cells) {
+    const size_t tau_idx =
+        std::find(opt.tokens.begin(), opt.tokens.end(), cell.tokens) - opt.tokens.begin();
+    cell.t_off = time_slowest(timer, topo, cell.off, opt.margin);
+    cell.t_on = time_slowest(timer, topo, cell.on, opt.margin);
+    const double bal = balanced_us[tau_idx];
+    fmt::print(
+        "{:<9} {:>5} {:>6} {:>6.3f} {:>6.3f} {:>4} {:>10.1f} {:>10.1f} {:>10.1f} {:>+7.2f}% "
+        "{:>7.3f}x {:>3}/{}\n",
+        cell.routing, cell.layer < 0 ? std::string("-") : std::to_string(cell.layer), cell.tokens,
+        ratio_r(cell.off), ratio_r(cell.on), cell.num_broadcasts, cell.t_off.us, cell.t_on.us, bal,
+        100 * (cell.t_on.us / bal - 1), cell.t_off.us / cell.t_on.us, cell.t_off.num_timed,
+        cell.t_on.num_timed);
+    std::fflush(stdout);
+    json_cells.push_back({{"routing", cell.routing},
+                          {"layer", cell.layer},
+                          {"tokens_per_rank", cell.tokens},
+                          {"r_off", ratio_r(cell.off)},
+                          {"r_on", ratio_r(cell.on)},
+                          {"broadcasts", cell.num_broadcasts},
+                          {"off_us", cell.t_off.us},
+                          {"on_us", cell.t_on.us},
+                          {"balanced_us", bal},
+                          {"slowest_rank_off", cell.t_off.rank},
+                          {"slowest_rank_on", cell.t_on.rank}});
+  }
+
+  // 5. Means per (routing, tau) and the OFF-time fit in R (trace layers).
+  nlohmann::json json_summary = nlohmann::json::array();
+  for (size_t tau_idx = 0; tau_idx < opt.tokens.size(); ++tau_idx) {
+    for (const std::string& routing : opt.routings) {
+      std::vector<double> r_off, off, on;
+      for (const Cell& cell : cells) {
+        if (cell.routing != routing || cell.tokens != opt.tokens[tau_idx]) continue;
+        r_off.push_back(ratio_r(cell.off));
+        off.push_back(cell.t_off.us);
+        on.push_back(cell.t_on.us);
+      }
+      if (off.empty()) continue;
+      const auto mean = [](const std::vector<double>& v) {
+        return std::accumulate(v.begin(), v.end(), 0.0) / static_cast<double>(v.size());
+      };
+      const double bal = balanced_us[tau_idx];
+      const Fit fit_off = linear_fit(r_off, off);
+      const Fit fit_on = linear_fit(r_off, on);
+      fmt::print(
+          "# mean {} tau={} ({} cells): R_off {:.3f} | OFF {:.1f} us, ON {:.1f} us, "
+          "balanced {:.1f} us | ON vs balanced {:+.2f}% | OFF/ON {:.3f}x",
+          routing, opt.tokens[tau_idx], off.size(), mean(r_off), mean(off), mean(on), bal,
+          100 * (mean(on) / bal - 1), mean(off) / mean(on));
+      if (off.size() >= 3) {
+        fmt::print(" | OFF = {:.1f} + {:.1f}*R us (Pearson {:.3f}); Pearson(ON, R_off) {:.3f}",
+                   fit_off.intercept, fit_off.slope, fit_off.pearson, fit_on.pearson);
+      }
+      fmt::print("\n");
+      json_summary.push_back({{"routing", routing},
+                              {"tokens_per_rank", opt.tokens[tau_idx]},
+                              {"cells", off.size()},
+                              {"mean_r_off", mean(r_off)},
+                              {"mean_off_us", mean(off)},
+                              {"mean_on_us", mean(on)},
+                              {"balanced_us", bal},
+                              {"off_fit_slope_us_per_r", fit_off.slope},
+                              {"off_fit_intercept_us", fit_off.intercept},
+                              {"off_fit_pearson", fit_off.pearson},
+                              {"on_pearson_r_off", fit_on.pearson}});
+    }
+  }
+  if (!opt.json_path.empty()) {
+    std::ofstream out(opt.json_path);
+    ISER_CHECK(out.good(), "-J {}: cannot write", opt.json_path);
+    out << nlohmann::json{{"device", prop.name},
+                          {"ranks", opt.num_ranks},
+                          {"experts", opt.num_experts},
+                          {"slots", opt.num_slots},
+                          {"top_k", opt.top_k},
+                          {"hidden", opt.shape.hidden},
+                          {"intermediate", opt.shape.intermediate},
+                          {"iters", opt.iters},
+                          {"graph", opt.graph},
+                          {"cells", json_cells},
+                          {"summary", json_summary}}
+               .dump(1)
+        << "\n";
+  }
+  return 0;
+}
+
+}  // namespace
+
+int e3_main(const std::vector<std::string>& args) {
+  E3Options opt;
+  CLI::App app{"E3 analogue: slowest-rank grouped-MLP time OFF / ON / balanced (one GPU)"};
+  app.add_option("--routing", opt.routings, "power-law and/or trace")->delimiter(',');
+  app.add_option("-t,--tokens", opt.tokens, "tokens per rank (tau), comma list")->delimiter(',');
+  app.add_option("--trace", opt.trace_path, "routing trace (any iser format; default: bundled)");
+  app.add_option("--layers", opt.layers, "trace layers: first:last:step or comma list");
+  app.add_option("--alpha", opt.alpha, "power-law exponent");
+  app.add_option("-P,--ranks", opt.num_ranks, "EP degree simulated");
+  app.add_option("-E,--experts", opt.num_experts, "routed experts");
+  app.add_option("-S,--slots", opt.num_slots, "helper slots per rank");
+  app.add_option("-k,--top-k", opt.top_k, "experts per token");
+  app.add_option("--hidden", opt.shape.hidden, "expert hidden size He");
+  app.add_option("--intermediate", opt.shape.intermediate, "expert intermediate size I");
+  app.add_option("--policy", opt.policy, "plan policy for ON");
+  app.add_option("-w,--warmup", opt.warmup, "warm-up calls per timed rank");
+  app.add_option("-n,--iters", opt.iters, "timed calls per rank (median)");
+  app.add_option("--margin", opt.margin, "time ranks with load >= (1 - margin) * max");
+  app.add_option("--seed", opt.seed, "power-law / weight seed");
+  app.add_flag("-G,--graph", opt.graph, "time CUDA-graph launches of the captured call");
+  app.add_option("--gemm", opt.gemm, "lt (cublasLt, pinned algorithm) or grouped (cuBLAS grouped)");
+  app.add_option("-J,--json", opt.json_path, "write results as JSON");
+  try {
+    std::vector<std::string> reversed(args.rbegin(), args.rend());
+    app.parse(reversed);
+    return run(opt);
+  } catch (const CLI::ParseError& e) {
+    return app.exit(e);
+  } catch (const std::exception& e) {
+    std::fprintf(stderr, "bench moe e3: error: %s\n", e.what());
+    return 1;
+  }
+}
+
+}  // namespace iser::moe

@@ -1,0 +1,368 @@
+// Reference EP MoE layer, one process per GPU (include/iser/moe_ep_layer.h).
+#include <cuda_runtime.h>
+#include <nccl.h>
+
+#include <chrono>
+#include <vector>
+
+#include "cuda/moe_kernels.h"
+#include "iser/counts.h"
+#include "iser/error.h"
+#include "iser/moe_ep_layer.h"
+#include "iser/policy.h"
+#include "iser/rewrite.h"
+#include "iser/validator.h"
+#include "moe/device_buffer.h"
+#include "moe/routing_maps.h"
+
+namespace iser::moe {
+namespace {
+
+class Event {
+ public:
+  Event() { ISER_CUDA_CHECK(cudaEventCreate(&event_)); }
+  ~Event() { cudaEventDestroy(event_); }
+  Event(const Event&) = delete;
+  Event& operator=(const Event&) = delete;
+  cudaEvent_t get() const { return event_; }
+  void record(cudaStream_t stream) { ISER_CUDA_CHECK(cudaEventRecord(event_, stream)); }
+
+ private:
+  cudaEvent_t event_ = nullptr;
+};
+
+float elapsed_ms(const Event& from, const Event& to) {
+  float ms = 0;
+  ISER_CUDA_CHECK(cudaEventElapsedTime(&ms, from.get(), to.get()));
+  return ms;
+}
+
+double since_us(std::chrono::steady_clock::time_point start) {
+  return std::chrono::duration<double, std::micro>(std::chrono::steady_clock::now() - start)
+      .count();
+}
+
+}  // namespace
+
+RuntimeConfig ep_runtime_config(const LayerConfig& config) {
+  RuntimeConfig rc;
+  rc.num_ranks = config.topo.num_ranks;
+  rc.num_experts = config.topo.num_experts;
+  rc.num_slots = config.topo.num_slots;
+  rc.bundle.weight_bytes = config.shape.bundle_bytes();
+  rc.bundle.scale_bytes = 0;
+  rc.num_layers = 1;
+  rc.num_banks = 1;
+  return rc;
+}
+
+struct EpMoeLayer::Impl {
+  LayerConfig config;
+  Runtime* runtime = nullptr;
+  ncclComm_t comm = nullptr;
+  int rank = 0;
+  cudaStream_t main = nullptr, copy = nullptr;
+  std::unique_ptr<Policy> policy;
+  std::unique_ptr<GroupedMlp> mlp;         // H + S slots
+  std::unique_ptr<GroupedMlp> shared_mlp;  // one slot over all local tokens
+  std::unique_ptr<ExpertBank> shared;
+  DeviceBuffer send_buf, recv_buf, x_expert, y_expert, y_back, comb_buf, shared_out;
+  DeviceBuffer send_gather, expert_gather, back_gather, route_row, route_weight;
+  DeviceBuffer count_row, count_matrix, ops, slot_expert;
+  int32_t* matrix_host = nullptr;  // pinned [P][E]
+  Event start, shared_begin, shared_end, copy_begin, copy_end, gate_begin, gate_end, end,
+      counts_ready;
+  uint64_t epoch = 0;
+  uint64_t generation = 0;
+  bool pending = false;
+  bool last_balanced = false;
+  EpLayerTimings host_times;
+
+  ~Impl() {
+    if (matrix_host != nullptr) cudaFreeHost(matrix_host);
+    if (copy != nullptr) cudaStreamDestroy(copy);
+    if (main != nullptr) cudaStreamDestroy(main);
+  }
+  int64_t max_rows() const {
+    return int64_t{config.topo.num_ranks} * config.tokens_per_rank * config.top_k;
+  }
+  uint16_t* rows(DeviceBuffer& buf, int64_t row) const {
+    return buf.get<uint16_t>() + row * config.shape.hidden;
+  }
+  void send_recv(const DeviceBuffer& from, const std::vector<int64_t>& from_off,
+                 const std::vector<int64_t>& from_count, DeviceBuffer& to,
+                 const std::vector<int64_t>& to_off, const std::vector<int64_t>& to_count);
+};
+
+void EpMoeLayer::Impl::send_recv(const DeviceBuffer& from, const std::vector<int64_t>& from_off,
+                                 const std::vector<int64_t>& from_count, DeviceBuffer& to,
+                                 const std::vector<int64_t>& to_off,
+                                 const std::vector<int64_t>& to_count) {
+  const int64_t he = config.shape.hidden;
+  ISER_NCCL_CHECK(ncclGroupStart());
+  for (int peer = 0; peer < config.topo.num_ranks; ++peer) {
+    if (from_count[peer] > 0) {
+      ISER_NCCL_CHECK(ncclSend(from.get<uint16_t>() + from_off[peer] * he,
+                               static_cast<size_t>(from_count[peer] * he), ncclBfloat16, peer, comm,
+                               main));
+    }
+    if (to_count[peer] > 0) {
+      ISER_NCCL_CHECK(ncclRecv(to.get<uint16_t>() + to_off[peer] * he,
+                               static_cast<size_t>(to_count[peer] * he), ncclBfloat16, peer, comm,
+                               main));
+    }
+  }
+  ISER_NCCL_CHECK(ncclGroupEnd());
+}
+
+EpMoeLayer::EpMoeLayer(const LayerConfig& config, Runtime& runtime, ncclComm* comm)
+    : impl_(std::make_unique<Impl>()) {
+  Impl& s = *impl_;
+  const Topology& topo = config.topo;
+  config.shape.check();
+  ISER_CHECK(runtime.num_local_ranks() == 1 && !runtime.is_logical(),
+             "ep layer: needs a one-rank-per-process runtime ({} local ranks)",
+             runtime.num_local_ranks());
+  const RuntimeConfig want = ep_runtime_config(config);
+  const RuntimeConfig& have = runtime.config();
+  ISER_CHECK(have.num_ranks == want.num_ranks && have.num_experts == want.num_experts &&
+                 have.num_slots == want.num_slots && have.bundle == want.bundle &&
+                 have.num_layers >= 1,
+             "ep layer: runtime config (P {}, E {}, S {}, bundle {} B) does not match the layer "
+             "(P {}, E {}, S {}, bundle {} B)",
+             have.num_ranks, have.num_experts, have.num_slots, have.bundle.weight_bytes,
+             want.num_ranks, want.num_experts, want.num_slots, want.bundle.weight_bytes);
+  ISER_CHECK(comm != nullptr, "ep layer: null NCCL communicator");
+  s.config = config;
+  s.runtime = &runtime;
+  s.comm = comm;
+  s.rank = runtime.first_rank();
+  int least = 0, greatest = 0;
+  ISER_CUDA_CHECK(cudaDeviceGetStreamPriorityRange(&least, &greatest));
+  ISER_CUDA_CHECK(cudaStreamCreateWithPriority(&s.main, cudaStreamNonBlocking, least));
+  ISER_CUDA_CHECK(cudaStreamCreateWithPriority(&s.copy, cudaStreamNonBlocking, greatest));
+  s.policy = make_policy(config.policy, topo);
+
+  const int64_t rows = s.max_rows();
+  const size_t row_bytes = static_cast<size_t>(config.shape.hidden) * 2;
+  s.mlp = std::make_unique<GroupedMlp>(config.shape, topo.slots_per_rank(), rows);
+  s.shared_mlp = std::make_unique<GroupedMlp>(config.shape, 1, config.tokens_per_rank);
+  s.shared = std::make_unique<ExpertBank>(config.shape, 1);
+  for (DeviceBuffer* buf :
+       {&s.send_buf, &s.recv_buf, &s.x_expert, &s.y_expert, &s.y_back, &s.comb_buf}) {
+    *buf = DeviceBuffer(rows * row_bytes);
+  }
+  s.shared_out = DeviceBuffer(config.tokens_per_rank * row_bytes);
+  for (DeviceBuffer* buf : {&s.send_gather, &s.expert_gather, &s.back_gather, &s.route_row}) {
+    *buf = DeviceBuffer(rows * sizeof(int32_t));
+  }
+  s.route_weight = DeviceBuffer(rows * sizeof(float));
+  s.count_row = DeviceBuffer(topo.num_experts * sizeof(int32_t));
+  s.count_matrix = DeviceBuffer(static_cast<size_t>(topo.num_ranks) * topo.num_experts * 4);
+  s.ops = DeviceBuffer(kMaxLocalCopyOps * sizeof(CopyOp));
+  s.slot_expert = DeviceBuffer(std::max(1, topo.num_ranks * topo.num_slots) * sizeof(int32_t));
+  ISER_CUDA_CHECK(
+      cudaMallocHost(&s.matrix_host, static_cast<size_t>(topo.num_ranks) * topo.num_experts * 4));
+
+  // Slot weights: home bundles and helper slots of the runtime's symmetric memory (bundle =
+  // w13 then w2, see fill_weights), the shared expert in its own bank.
+  std::vector<SlotWeights> weights;
+  const int64_t w13_bytes = config.shape.w13_elems() * 2;
+  for (int h = 0; h < topo.experts_per_rank(); ++h) {
+    auto* bundle = static_cast<char*>(runtime.home_bundle(0, 0, h));
+    weights.push_back({bundle, bundle + w13_bytes});
+  }
+  for (int h = 0; h < topo.num_slots; ++h) {
+    auto* slot = static_cast<char*>(runtime.helper_slot(0, 0, h));
+    weights.push_back({slot, slot + w13_bytes});
+  }
+  s.mlp->set_weights(weights, s.main);
+  s.shared_mlp->set_weights(std::vector<SlotWeights>{s.shared->slot(0)}, s.main);
+  ISER_CUDA_CHECK(cudaStreamSynchronize(s.main));
+}
+
+EpMoeLayer::~EpMoeLayer() {
+  if (impl_ && impl_->main != nullptr) cudaStreamSynchronize(impl_->main);
+  if (impl_ && impl_->copy != nullptr) cudaStreamSynchronize(impl_->copy);
+}
+
+void EpMoeLayer::fill_weights(uint64_t seed, float scale) {
+  Impl& s = *impl_;
+  const Topology& topo = s.config.topo;
+  const int64_t w13_bytes = s.config.shape.w13_elems() * 2;
+  for (int h = 0; h < topo.experts_per_rank(); ++h) {
+    auto* bundle = static_cast<char*>(s.runtime->home_bundle(0, 0, h));
+    fill_expert_random(bundle, bundle + w13_bytes, s.config.shape,
+                       topo.first_home_expert(s.rank) + h, seed, scale, s.main);
+  }
+  fill_expert_random(s.shared->w13(0), s.shared->w2(0), s.config.shape, topo.num_experts, seed,
+                     scale, s.main);
+  ISER_CUDA_CHECK(cudaStreamSynchronize(s.main));
+}
+
+LayerInvocationStats EpMoeLayer::forward(const void* input, std::span<const int32_t> topk_ids,
+                                         std::span<const float> topk_weights, bool balance,
+                                         void* output) {
+  Impl& s = *impl_;
+  const Topology& topo = s.config.topo;
+  const int num_ranks = topo.num_ranks;
+  const int num_experts = topo.num_experts;
+  const int tau = s.config.tokens_per_rank;
+  const int top_k = s.config.top_k;
+  const int home = topo.experts_per_rank();
+  const int per_rank = topo.slots_per_rank();
+  const int64_t local_routes = int64_t{tau} * top_k;
+  ISER_CHECK(static_cast<int64_t>(topk_ids.size()) == local_routes,
+             "ep layer: topk_ids has {} entries, expected tau*k = {}", topk_ids.size(),
+             local_routes);
+  ISER_CHECK(static_cast<int64_t>(topk_weights.size()) == local_routes,
+             "ep layer: topk_weights has {} entries, expected {}", topk_weights.size(),
+             local_routes);
+  std::vector<int32_t> row(num_experts, 0);
+  for (int64_t i = 0; i < local_routes; ++i) {
+    const int32_t e = topk_ids[i];
+    ISER_CHECK(e >= -1 && e < num_experts,
+               "ep layer: token {} choice {}: expert id {} outside "
+               "[-1, {})",
+               i / top_k, i % top_k, e, num_experts);
+    if (e >= 0) ++row[e];
+  }
+  // NOTE: invocations do not overlap: the previous one's buffers (maps, copy list, bank) are
+  // free once its last MAIN event completed.
+  if (s.pending) {
+    ISER_CUDA_CHECK(cudaEventSynchronize(s.end.get()));
+    ISER_CUDA_CHECK(cudaStreamSynchronize(s.copy));  // the replicate kernel read the copy list
+  }
+  s.pending = true;
+  s.last_balanced = balance;
+  s.host_times = {};
+
+  // COPY: count exchange right after routing.
+  s.start.record(s.main);
+  ISER_CUDA_CHECK(cudaStreamWaitEvent(s.copy, s.start.get()));
+  ISER_CUDA_CHECK(cudaMemcpyAsync(s.count_row.get(), row.data(), row.size() * 4,
+                                  cudaMemcpyHostToDevice, s.copy));
+  s.runtime->exchange_counts(s.count_row.get<int32_t>(), s.count_matrix.get<int32_t>(), ++s.epoch,
+                             s.copy);
+  ISER_CUDA_CHECK(cudaMemcpyAsync(s.matrix_host, s.count_matrix.get(),
+                                  static_cast<size_t>(num_ranks) * num_experts * 4,
+                                  cudaMemcpyDeviceToHost, s.copy));
+  s.counts_ready.record(s.copy);
+
+  // MAIN: the shared expert, beside the count exchange and the planner.
+  s.shared_begin.record(s.main);
+  s.shared_mlp->run(input, std::vector<int32_t>{tau}, s.shared_out.get(), s.main);
+  s.shared_end.record(s.main);
+
+  // Host: plan from the exchanged counts.
+  auto clock = std::chrono::steady_clock::now();
+  ISER_CUDA_CHECK(cudaEventSynchronize(s.counts_ready.get()));
+  s.host_times.counts_wait_us = since_us(clock);
+  clock = std::chrono::steady_clock::now();
+  CountMatrix counts(num_ranks, num_experts);
+  std::copy(s.matrix_host, s.matrix_host + static_cast<size_t>(num_ranks) * num_experts,
+            counts.data().begin());
+  for (int e = 0; e < num_experts; ++e) {
+    ISER_CHECK(counts.at(s.rank, e) == row[e],
+               "ep layer: exchanged count row of rank {} differs at expert {} ({} != {})", s.rank,
+               e, counts.at(s.rank, e), row[e]);
+  }
+  LayerInvocationStats stats;
+  stats.plan = balance ? s.policy->plan(counts).plan : make_empty_plan(topo, counts);
+  if (balance) check_plan(topo, counts, stats.plan, s.policy->validation());
+
+  // COPY: replication of the plan's experts into the groups' helper slots.
+  std::vector<CopyOp> ops;
+  if (balance) {
+    ops = make_copy_list(stats.plan);
+    validate_copy_list(s.runtime->config(), ops);
+    for (const CopyOp& op : ops) {
+      const bool owner_inside =
+          op.owner >= op.group_begin && op.owner < op.group_begin + op.group_size;
+      stats.remote_copies += op.group_size - (owner_inside ? 1 : 0);
+    }
+    if (!ops.empty()) {
+      ISER_CUDA_CHECK(
+          cudaMemcpy(s.ops.get(), ops.data(), ops.size() * sizeof(CopyOp), cudaMemcpyHostToDevice));
+    }
+    ++s.generation;
+    s.copy_begin.record(s.copy);
+    s.runtime->replicate(s.ops.get<CopyOp>(), static_cast<int>(ops.size()), 0, s.generation,
+                         Transport::kPlan, s.copy);
+    s.copy_end.record(s.copy);
+  }
+
+  // Host: routing maps (who sends what where, in which slot order).
+  const RoutingMaps maps = build_routing_maps(topo, counts, stats.plan, s.rank, topk_ids, top_k);
+  const std::vector<int32_t>& rows_per_slot = maps.rows_per_slot;
+  const int64_t total_recv = maps.total_recv;
+  stats.rank_loads.assign(num_ranks, 0);
+  stats.rank_loads[s.rank] = total_recv;
+  for (int l = home; l < per_rank; ++l) stats.helper_routes += rows_per_slot[l];
+  s.host_times.plan_us = since_us(clock);
+
+  // MAIN: dispatch, expert compute (helper slots behind the READY gate), combine.
+  const auto upload = [&](DeviceBuffer& to, const void* from, size_t bytes) {
+    if (bytes > 0) {
+      ISER_CUDA_CHECK(cudaMemcpyAsync(to.get(), from, bytes, cudaMemcpyHostToDevice, s.main));
+    }
+  };
+  upload(s.send_gather, maps.send_gather.data(), maps.send_gather.size() * 4);
+  upload(s.expert_gather, maps.expert_gather.data(), maps.expert_gather.size() * 4);
+  upload(s.back_gather, maps.back_gather.data(), maps.back_gather.size() * 4);
+  upload(s.route_row, maps.route_row.data(), maps.route_row.size() * 4);
+  upload(s.route_weight, topk_weights.data(), topk_weights.size() * 4);
+  const int hidden = s.config.shape.hidden;
+  cuda::launch_gather_rows(
+      {static_cast<const uint16_t*>(input), s.send_buf.get<uint16_t>(),
+       s.send_gather.get<int32_t>(), static_cast<int64_t>(maps.send_gather.size()), hidden},
+      s.main);
+  s.send_recv(s.send_buf, maps.send_off, maps.send_count, s.recv_buf, maps.recv_off,
+              maps.recv_count);
+  cuda::launch_gather_rows({s.recv_buf.get<uint16_t>(), s.x_expert.get<uint16_t>(),
+                            s.expert_gather.get<int32_t>(), total_recv, hidden},
+                           s.main);
+  std::vector<int32_t> home_rows(rows_per_slot), helper_rows(rows_per_slot);
+  std::fill(home_rows.begin() + home, home_rows.end(), 0);
+  std::fill(helper_rows.begin(), helper_rows.begin() + home, 0);
+  int64_t num_home_rows = 0;
+  for (int l = 0; l < home; ++l) num_home_rows += rows_per_slot[l];
+  s.mlp->run(s.x_expert.get(), home_rows, s.y_expert.get(), s.main);
+  if (balance) {
+    s.gate_begin.record(s.main);
+    s.runtime->ready_gate(s.ops.get<CopyOp>(), static_cast<int>(ops.size()), s.generation,
+                          s.slot_expert.get<int32_t>(), s.main);
+    s.gate_end.record(s.main);
+    s.mlp->run(s.rows(s.x_expert, num_home_rows), helper_rows, s.rows(s.y_expert, num_home_rows),
+               s.main);
+    s.runtime->release_bank(s.generation, s.main);
+  }
+  cuda::launch_gather_rows({s.y_expert.get<uint16_t>(), s.y_back.get<uint16_t>(),
+                            s.back_gather.get<int32_t>(), total_recv, hidden},
+                           s.main);
+  s.send_recv(s.y_back, maps.recv_off, maps.recv_count, s.comb_buf, maps.send_off, maps.send_count);
+  cuda::launch_combine(
+      {s.comb_buf.get<uint16_t>(), s.route_row.get<int32_t>(), s.route_weight.get<float>(),
+       s.shared_out.get<uint16_t>(), static_cast<uint16_t*>(output), tau, top_k, hidden},
+      s.main);
+  s.end.record(s.main);
+  return stats;
+}
+
+EpLayerTimings EpMoeLayer::finish() {
+  Impl& s = *impl_;
+  ISER_CHECK(s.pending, "ep layer: finish() without a forward()");
+  ISER_CUDA_CHECK(cudaEventSynchronize(s.end.get()));
+  ISER_CUDA_CHECK(cudaStreamSynchronize(s.copy));
+  s.runtime->check_status();
+  EpLayerTimings t = s.host_times;
+  t.layer_ms = elapsed_ms(s.start, s.end);
+  t.shared_ms = elapsed_ms(s.shared_begin, s.shared_end);
+  if (s.last_balanced) {
+    t.copy_ms = elapsed_ms(s.copy_begin, s.copy_end);
+    t.ready_wait_ms = elapsed_ms(s.gate_begin, s.gate_end);
+  }
+  return t;
+}
+
+}  // namespace iser::moe

@@ -1,0 +1,355 @@
+// Grouped gated MLP (include/iser/moe.h): two GEMM passes around one SiLU-multiply, either as
+// cuBLAS grouped GEMMs (one call per pass) or as cublasLt calls with a pinned algorithm (one call
+// per non-empty slot; see GemmBackend).
+//
+// Layout: cuBLAS is column-major, the activations are row-major [rows, features]. A row-major
+// [rows, F] matrix is a column-major [F, rows] one, so per group
+//   h13^T [2I, m] = (W13 [2I, He])^T-view  ·  x^T [He, m]   ->  gemm(T, N, 2I, m, He)
+//   y^T  [He, m]  = (W2  [He, I])^T-view   ·  act^T [I, m]  ->  gemm(T, N, He, m, I)
+// with lda = K (weights are row-major [N, K]), ldb = K, ldc = N.
+#include <cublas_v2.h>
+#include <cuda_runtime.h>
+
+#include <algorithm>
+#include <memory>
+#include <string>
+#include <vector>
+
+#include "cuda/moe_kernels.h"
+#include "iser/error.h"
+#include "iser/moe.h"
+#include "moe/cublas_check.h"
+#include "moe/device_buffer.h"
+#include "moe/lt_gemm.h"
+
+namespace iser::moe {
+
+void ExpertShape::check() const {
+  ISER_CHECK(hidden > 0 && hidden % 8 == 0,
+             "expert shape: hidden = {} must be a positive "
+             "multiple of 8",
+             hidden);
+  ISER_CHECK(intermediate > 0 && intermediate % 8 == 0,
+             "expert shape: intermediate = {} must be a positive multiple of 8", intermediate);
+}
+
+// ---- ExpertBank --------------------------------------------------------------------------------
+
+struct ExpertBank::Impl {
+  ExpertShape shape;
+  int num_slots = 0;
+  DeviceBuffer w13;
+  DeviceBuffer w2;
+};
+
+ExpertBank::ExpertBank(ExpertShape shape, int num_slots) : impl_(std::make_unique<Impl>()) {
+  shape.check();
+  ISER_CHECK(num_slots > 0, "expert bank: num_slots = {} must be positive", num_slots);
+  impl_->shape = shape;
+  impl_->num_slots = num_slots;
+  impl_->w13 = DeviceBuffer(static_cast<size_t>(num_slots) * shape.w13_elems() * 2);
+  impl_->w2 = DeviceBuffer(static_cast<size_t>(num_slots) * shape.w2_elems() * 2);
+}
+ExpertBank::~ExpertBank() = default;
+ExpertBank::ExpertBank(ExpertBank&&) noexcept = default;
+ExpertBank& ExpertBank::operator=(ExpertBank&&) noexcept = default;
+
+const ExpertShape& ExpertBank::shape() const {
+  return impl_->shape;
+}
+int ExpertBank::num_slots() const {
+  return impl_->num_slots;
+}
+
+void* ExpertBank::w13(int slot_idx) {
+  ISER_CHECK(slot_idx >= 0 && slot_idx < impl_->num_slots, "expert bank: slot {} outside [0, {})",
+             slot_idx, impl_->num_slots);
+  return impl_->w13.get<uint16_t>() + slot_idx * impl_->shape.w13_elems();
+}
+void* ExpertBank::w2(int slot_idx) {
+  ISER_CHECK(slot_idx >= 0 && slot_idx < impl_->num_slots, "expert bank: slot {} outside [0, {})",
+             slot_idx, impl_->num_slots);
+  return impl_->w2.get<uint16_t>() + slot_idx * impl_->shape.w2_elems();
+}
+SlotWeights ExpertBank::slot(int slot_idx) const {
+  auto* self = const_cast<ExpertBank*>(this);
+  return {self->w13(slot_idx), self->w2(slot_idx)};
+}
+
+void fill_expert_random(void* w13, void* w2, const ExpertShape& shape, int expert_idx,
+                        uint64_t seed, float scale, Stream stream) {
+  const uint64_t expert_seed = seed * 0x9e3779b97f4a7c15ull + static_cast<uint64_t>(expert_idx);
+  cuda::launch_fill_uniform(
+      {static_cast<uint16_t*>(w13), shape.w13_elems(), expert_seed * 2, scale}, stream);
+  cuda::launch_fill_uniform(
+      {static_cast<uint16_t*>(w2), shape.w2_elems(), expert_seed * 2 + 1, scale}, stream);
+}
+
+void ExpertBank::fill_slot_random(int slot_idx, uint64_t seed, float scale, Stream stream) {
+  fill_expert_random(w13(slot_idx), w2(slot_idx), impl_->shape, slot_idx, seed, scale, stream);
+}
+
+void ExpertBank::fill_random(uint64_t seed, float scale, Stream stream) {
+  for (int s = 0; s < impl_->num_slots; ++s) fill_slot_random(s, seed, scale, stream);
+}
+
+void ExpertBank::copy_slot_from(int dst_slot, const ExpertBank& src, int src_slot, Stream stream) {
+  const ExpertShape& a = impl_->shape;
+  const ExpertShape& b = src.shape();
+  ISER_CHECK(a.hidden == b.hidden && a.intermediate == b.intermediate,
+             "expert bank: copy between shapes {}x{} and {}x{}", a.hidden, a.intermediate, b.hidden,
+             b.intermediate);
+  const SlotWeights from = src.slot(src_slot);
+  ISER_CUDA_CHECK(cudaMemcpyAsync(w13(dst_slot), from.w13, a.w13_elems() * 2,
+                                  cudaMemcpyDeviceToDevice, stream));
+  ISER_CUDA_CHECK(
+      cudaMemcpyAsync(w2(dst_slot), from.w2, a.w2_elems() * 2, cudaMemcpyDeviceToDevice, stream));
+}
+
+// ---- GroupedMlp --------------------------------------------------------------------------------
+
+namespace {
+// cuBLAS workspace set explicitly so that capture never allocates (and split-K has room).
+constexpr size_t kCublasWorkspaceBytes = size_t{32} << 20;
+constexpr int kMaxGroups = cuda::GroupPointersConfig::kMaxGroups;
+constexpr int kLtLanes = 4;
+}  // namespace
+
+struct GroupedMlp::Impl {
+  ExpertShape shape;
+  int num_slots = 0;
+  int64_t max_rows = 0;
+  GemmBackend backend = GemmBackend::kLtPinned;
+  cublasHandle_t handle = nullptr;
+  cublasLtHandle_t lt = nullptr;
+  std::unique_ptr<PinnedLtGemm> gemm1, gemm2;  // kLtPinned
+  std::vector<SlotWeights> host_table;
+  DeviceBuffer workspace;
+  // kLtPinned: per-slot GEMMs spread round-robin over a few streams (fork/join with events on
+  // the caller's stream) so that one slot's last partial wave overlaps the next slot's tiles.
+  struct Lane {
+    cudaStream_t stream = nullptr;
+    cudaEvent_t done = nullptr;
+    DeviceBuffer workspace;
+  };
+  std::vector<Lane> lanes;
+  cudaEvent_t fork_event = nullptr;
+  DeviceBuffer h13;       // [max_rows, 2I]
+  DeviceBuffer act;       // [max_rows, I]
+  DeviceBuffer tables;    // w13 table [num_slots], w2 table [num_slots]
+  DeviceBuffer pointers;  // [6][kMaxGroups]
+  bool has_weights = false;
+
+  // Host arrays of the two grouped calls (resized once, refilled per run).
+  std::vector<cublasOperation_t> trans_a, trans_b;
+  std::vector<int> m1, m2, n, k1, k2, one;
+  std::vector<float> alpha, beta;
+
+  ~Impl() {
+    for (Lane& lane : lanes) {
+      if (lane.done != nullptr) cudaEventDestroy(lane.done);
+      if (lane.stream != nullptr) cudaStreamDestroy(lane.stream);
+    }
+    if (fork_event != nullptr) cudaEventDestroy(fork_event);
+    gemm1.reset();
+    gemm2.reset();
+    if (lt != nullptr) cublasLtDestroy(lt);
+    if (handle != nullptr) cublasDestroy(handle);
+  }
+
+  void run_grouped(cuda::GroupPointersParams& params, int64_t total_rows, Stream stream);
+  void run_lt(const cuda::GroupPointersParams& params, int64_t total_rows, Stream stream);
+};
+
+GroupedMlp::GroupedMlp(ExpertShape shape, int num_slots, int64_t max_rows, GemmBackend backend)
+    : impl_(std::make_unique<Impl>()) {
+  shape.check();
+  ISER_CHECK(num_slots > 0 && num_slots <= kMaxGroups,
+             "grouped mlp: num_slots = {} outside [1, {}]", num_slots, kMaxGroups);
+  ISER_CHECK(max_rows > 0 && max_rows <= (int64_t{1} << 31) - 1,
+             "grouped mlp: max_rows = {} outside [1, 2^31)", max_rows);
+  Impl& s = *impl_;
+  s.shape = shape;
+  s.num_slots = num_slots;
+  s.max_rows = max_rows;
+  s.backend = backend;
+  s.workspace = DeviceBuffer(kCublasWorkspaceBytes);
+  if (backend == GemmBackend::kLtPinned) {
+    ISER_CUBLAS_CHECK(cublasLtCreate(&s.lt));
+    // Tuned for the balanced per-slot size of the default shapes (1024 rows), valid for all.
+    const int reference_rows = static_cast<int>(std::min<int64_t>(max_rows, 1024));
+    s.gemm1 = std::make_unique<PinnedLtGemm>(s.lt, 2 * shape.intermediate, shape.hidden,
+                                             reference_rows, max_rows, kCublasWorkspaceBytes);
+    s.gemm2 = std::make_unique<PinnedLtGemm>(s.lt, shape.hidden, shape.intermediate, reference_rows,
+                                             max_rows, kCublasWorkspaceBytes);
+    ISER_CUDA_CHECK(cudaEventCreateWithFlags(&s.fork_event, cudaEventDisableTiming));
+    s.lanes.resize(std::min(kLtLanes, num_slots));
+    for (Impl::Lane& lane : s.lanes) {
+      ISER_CUDA_CHECK(cudaStreamCreateWithFlags(&lane.stream, cudaStreamNonBlocking));
+      ISER_CUDA_CHECK(cudaEventCreateWithFlags(&lane.done, cudaEventDisableTiming));
+      lane.workspace = DeviceBuffer(kCublasWorkspaceBytes);
+    }
+  } else {
+    ISER_CUBLAS_CHECK(cublasCreate(&s.handle));
+    ISER_CUBLAS_CHECK(cublasSetWorkspace(s.handle, s.workspace.get(), s.workspace.bytes()));
+  }
+  s.h13 = DeviceBuffer(static_cast<size_t>(max_rows) * 2 * shape.intermediate * 2);
+  s.act = DeviceBuffer(static_cast<size_t>(max_rows) * shape.intermediate * 2);
+  s.tables = DeviceBuffer(static_cast<size_t>(2 * num_slots) * sizeof(void*));
+  s.pointers = DeviceBuffer(static_cast<size_t>(6 * kMaxGroups) * sizeof(void*));
+  s.trans_a.assign(num_slots, CUBLAS_OP_T);
+  s.trans_b.assign(num_slots, CUBLAS_OP_N);
+  s.m1.assign(num_slots, 2 * shape.intermediate);
+  s.m2.assign(num_slots, shape.hidden);
+  s.k1.assign(num_slots, shape.hidden);
+  s.k2.assign(num_slots, shape.intermediate);
+  s.n.assign(num_slots, 0);
+  s.one.assign(num_slots, 1);
+  s.alpha.assign(num_slots, 1.0f);
+  s.beta.assign(num_slots, 0.0f);
+}
+GroupedMlp::~GroupedMlp() = default;
+GroupedMlp::GroupedMlp(GroupedMlp&&) noexcept = default;
+GroupedMlp& GroupedMlp::operator=(GroupedMlp&&) noexcept = default;
+
+const ExpertShape& GroupedMlp::shape() const {
+  return impl_->shape;
+}
+int GroupedMlp::num_slots() const {
+  return impl_->num_slots;
+}
+int64_t GroupedMlp::max_rows() const {
+  return impl_->max_rows;
+}
+GemmBackend GroupedMlp::backend() const {
+  return impl_->backend;
+}
+std::string GroupedMlp::describe() const {
+  const Impl& s = *impl_;
+  if (s.backend == GemmBackend::kGrouped) return "cublasGemmGroupedBatchedEx";
+  return fmt::format("cublasLt pinned: gemm1 {}; gemm2 {}", s.gemm1->description(),
+                     s.gemm2->description());
+}
+
+void GroupedMlp::set_weights(std::span<const SlotWeights> slots, Stream stream) {
+  Impl& s = *impl_;
+  ISER_CHECK(static_cast<int>(slots.size()) == s.num_slots,
+             "grouped mlp: {} slot weights given, {} slots", slots.size(), s.num_slots);
+  // Pageable source: cudaMemcpyAsync stages it before returning, so `table` may die here.
+  std::vector<const void*> table(2 * s.num_slots);
+  for (int i = 0; i < s.num_slots; ++i) {
+    ISER_CHECK(slots[i].w13 != nullptr && slots[i].w2 != nullptr,
+               "grouped mlp: slot {} has a null weight pointer", i);
+    table[i] = slots[i].w13;
+    table[s.num_slots + i] = slots[i].w2;
+  }
+  s.host_table.assign(slots.begin(), slots.end());
+  ISER_CUDA_CHECK(cudaMemcpyAsync(s.tables.get(), table.data(), table.size() * sizeof(void*),
+                                  cudaMemcpyHostToDevice, stream));
+  s.has_weights = true;
+}
+
+void GroupedMlp::run(const void* x, std::span<const int32_t> rows_per_slot, void* y,
+                     Stream stream) {
+  Impl& s = *impl_;
+  ISER_CHECK(s.has_weights, "grouped mlp: run() before set_weights()");
+  ISER_CHECK(static_cast<int>(rows_per_slot.size()) == s.num_slots,
+             "grouped mlp: rows_per_slot has {} entries, {} slots", rows_per_slot.size(),
+             s.num_slots);
+  cuda::GroupPointersParams params;
+  params.x = static_cast<const uint16_t*>(x);
+  params.y = static_cast<uint16_t*>(y);
+  int64_t total_rows = 0;
+  for (int slot = 0; slot < s.num_slots; ++slot) {
+    const int32_t rows = rows_per_slot[slot];
+    ISER_CHECK(rows >= 0, "grouped mlp: rows_per_slot[{}] = {} is negative", slot, rows);
+    if (rows == 0) continue;
+    params.slot[params.num_groups] = slot;
+    params.row_begin[params.num_groups] = static_cast<int32_t>(total_rows);
+    s.n[params.num_groups] = rows;
+    ++params.num_groups;
+    total_rows += rows;
+    ISER_CHECK(total_rows <= s.max_rows, "grouped mlp: {}+ rows exceed max_rows = {}", total_rows,
+               s.max_rows);
+  }
+  if (params.num_groups == 0) return;
+  if (s.backend == GemmBackend::kLtPinned) {
+    s.run_lt(params, total_rows, stream);
+  } else {
+    s.run_grouped(params, total_rows, stream);
+  }
+}
+
+void GroupedMlp::Impl::run_lt(const cuda::GroupPointersParams& params, int64_t total_rows,
+                              Stream stream) {
+  const int64_t he = shape.hidden;
+  const int64_t inter = shape.intermediate;
+  const auto* x = static_cast<const uint16_t*>(params.x);
+  auto* h = h13.get<uint16_t>();
+  auto* a = act.get<uint16_t>();
+  const int num_lanes = std::min(static_cast<int>(lanes.size()), params.num_groups);
+  // One GEMM pass: group g on lane g % num_lanes, or on `stream` itself for a single group.
+  const auto pass = [&](auto&& launch) {
+    if (num_lanes <= 1) {
+      for (int g = 0; g < params.num_groups; ++g) launch(g, stream, workspace);
+      return;
+    }
+    ISER_CUDA_CHECK(cudaEventRecord(fork_event, stream));
+    for (int l = 0; l < num_lanes; ++l) {
+      ISER_CUDA_CHECK(cudaStreamWaitEvent(lanes[l].stream, fork_event));
+    }
+    for (int g = 0; g < params.num_groups; ++g) {
+      Lane& lane = lanes[g % num_lanes];
+      launch(g, lane.stream, lane.workspace);
+    }
+    for (int l = 0; l < num_lanes; ++l) {
+      ISER_CUDA_CHECK(cudaEventRecord(lanes[l].done, lanes[l].stream));
+      ISER_CUDA_CHECK(cudaStreamWaitEvent(stream, lanes[l].done));
+    }
+  };
+  pass([&](int g, cudaStream_t on, DeviceBuffer& ws) {
+    const int64_t row = params.row_begin[g];
+    gemm1->run(host_table[params.slot[g]].w13, x + row * he, h + row * 2 * inter, n[g], ws.get(),
+               ws.bytes(), on);
+  });
+  cuda::launch_silu_mul({h, a, total_rows, shape.intermediate}, stream);
+  pass([&](int g, cudaStream_t on, DeviceBuffer& ws) {
+    const int64_t row = params.row_begin[g];
+    gemm2->run(host_table[params.slot[g]].w2, a + row * inter, params.y + row * he, n[g], ws.get(),
+               ws.bytes(), on);
+  });
+}
+
+void GroupedMlp::Impl::run_grouped(cuda::GroupPointersParams& params, int64_t total_rows,
+                                   Stream stream) {
+  Impl& s = *this;
+  const auto** table = s.tables.get<const void*>();
+  params.w13_table = table;
+  params.w2_table = table + s.num_slots;
+  params.h13 = s.h13.get<uint16_t>();
+  params.act = s.act.get<uint16_t>();
+  params.hidden = s.shape.hidden;
+  params.intermediate = s.shape.intermediate;
+  params.out = s.pointers.get<const void*>();
+  cuda::launch_group_pointers(params, stream);
+
+  const int groups = params.num_groups;
+  const void* const* ptr = s.pointers.get<const void*>();
+  ISER_CUBLAS_CHECK(cublasSetStream(s.handle, stream));
+  // GEMM 1: h13 = x · W13^T (gate and up in one pass).
+  ISER_CUBLAS_CHECK(cublasGemmGroupedBatchedEx(
+      s.handle, s.trans_a.data(), s.trans_b.data(), s.m1.data(), s.n.data(), s.k1.data(),
+      s.alpha.data(), ptr + 0 * kMaxGroups, CUDA_R_16BF, s.k1.data(), ptr + 1 * kMaxGroups,
+      CUDA_R_16BF, s.k1.data(), s.beta.data(), const_cast<void* const*>(ptr + 2 * kMaxGroups),
+      CUDA_R_16BF, s.m1.data(), groups, s.one.data(), CUBLAS_COMPUTE_32F));
+  cuda::launch_silu_mul(
+      {s.h13.get<uint16_t>(), s.act.get<uint16_t>(), total_rows, s.shape.intermediate}, stream);
+  // GEMM 2: y = act · W2^T.
+  ISER_CUBLAS_CHECK(cublasGemmGroupedBatchedEx(
+      s.handle, s.trans_a.data(), s.trans_b.data(), s.m2.data(), s.n.data(), s.k2.data(),
+      s.alpha.data(), ptr + 3 * kMaxGroups, CUDA_R_16BF, s.k2.data(), ptr + 4 * kMaxGroups,
+      CUDA_R_16BF, s.k2.data(), s.beta.data(), const_cast<void* const*>(ptr + 5 * kMaxGroups),
+      CUDA_R_16BF, s.m2.data(), groups, s.one.data(), CUBLAS_COMPUTE_32F));
+}
+
+}  // namespace iser::moe

@@ -1,0 +1,59 @@
+// Shared helpers of the MoE-layer GPU tests.
+#pragma once
+
+#include <cstdint>
+#include <cstring>
+#include <vector>
+
+#include <cuda_runtime.h>
+
+#include "iser/error.h"
+
+namespace iser::moe::testing {
+
+inline bool has_gpu() {
+  int count = 0;
+  return cudaGetDeviceCount(&count) == cudaSuccess && count > 0;
+}
+
+inline float bf16_to_float(uint16_t bits) {
+  const uint32_t wide = static_cast<uint32_t>(bits) << 16;
+  float value;
+  std::memcpy(&value, &wide, sizeof(value));
+  return value;
+}
+
+inline std::vector<uint16_t> download(const void* ptr, size_t elems) {
+  std::vector<uint16_t> host(elems);
+  ISER_CUDA_CHECK(cudaMemcpy(host.data(), ptr, elems * 2, cudaMemcpyDeviceToHost));
+  return host;
+}
+
+// Skewed routing: low expert ids (rank 0's home experts) are hot; k distinct experts per token;
+// weights in [0.05, 1]. A few choices are -1 (no expert) to exercise empty routes.
+inline void make_routes(int num_tokens, int top_k, int num_experts, std::vector<int32_t>& ids,
+                        std::vector<float>& weights) {
+  uint64_t state = 12345;
+  const auto next = [&state] {
+    state = state * 6364136223846793005ull + 1442695040888963407ull;
+    return static_cast<double>(state >> 11) * 0x1.0p-53;
+  };
+  ids.assign(static_cast<size_t>(num_tokens) * top_k, -1);
+  weights.assign(ids.size(), 0.0f);
+  for (int t = 0; t < num_tokens; ++t) {
+    for (int j = 0; j < top_k; ++j) {
+      int e = 0;
+      bool repeat = true;
+      while (repeat) {
+        const double u = next();
+        e = static_cast<int>(num_experts * u * u * u);
+        repeat = false;
+        for (int i = 0; i < j; ++i) repeat = repeat || ids[t * top_k + i] == e;
+      }
+      ids[t * top_k + j] = (t % 97 == 5 && j == top_k - 1) ? -1 : e;
+      weights[t * top_k + j] = static_cast<float>(0.05 + 0.95 * next());
+    }
+  }
+}
+
+}  // namespace iser::moe::testing
