@@ -108,10 +108,12 @@ TEST(GroupedMlp, TokenOutputIndependentOfSlotCountAndPosition) {
   for (int r = 0; r < home_rows; ++r) off_rows[r] = r;
   const auto off = run_layout(mlp, tokens, off_rows, {home_rows, 0, 0});
 
-  // ON: B's 300 tokens first, then A's tokens split 700 home / 324 replica (helper slot).
+  // ON: A's first 700 tokens in its home slot, B's 300 tokens in slot 1, A's last 324 tokens in
+  // the replica (helper slot): every A token moves row position, and 324 move slot.
   std::vector<int> on_rows;
+  for (int r = 0; r < 700; ++r) on_rows.push_back(r);
   for (int r = 0; r < 300; ++r) on_rows.push_back(home_rows + r);
-  for (int r = 0; r < home_rows; ++r) on_rows.push_back(r);
+  for (int r = 700; r < home_rows; ++r) on_rows.push_back(r);
   const auto on = run_layout(mlp, tokens, on_rows, {700, 300, 324});
 
   // A lone token (m = 1) in the replica slot.
