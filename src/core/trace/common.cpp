@@ -51,6 +51,14 @@ int resolve_top_k(std::string_view name, const TraceOptions& options,
   return static_cast<int>(k);
 }
 
+std::string describe(const nlohmann::json& value) {
+  if (value.is_array()) return fmt::format("[array of {}]", value.size());
+  if (value.is_object()) return fmt::format("{{object of {}}}", value.size());
+  std::string text = value.dump();
+  if (text.size() > 60) text = text.substr(0, 57) + "...";
+  return text;
+}
+
 std::string read_file_bytes(const std::filesystem::path& path) {
   std::ifstream in(path, std::ios::binary);
   ISER_CHECK(in.good(), "{}: cannot open file", path.string());

@@ -7,6 +7,8 @@
 #include <string>
 #include <string_view>
 
+#include <nlohmann/json.hpp>
+
 #include "iser/trace.h"
 
 namespace iser::trace {
@@ -25,6 +27,10 @@ int resolve_num_experts(std::string_view name, const TraceOptions& options,
                         std::optional<int64_t> from_file, std::string_view field);
 int resolve_top_k(std::string_view name, const TraceOptions& options,
                   std::optional<int64_t> from_file, std::string_view field);
+
+// A JSON value for an error message: scalars as JSON text (cut at 60 characters), containers
+// by kind and size only (json::dump recurses, and hostile input can nest arbitrarily deep).
+std::string describe(const nlohmann::json& value);
 
 // Whole file into memory (the readers' working set is proportional to it anyway).
 std::string read_file_bytes(const std::filesystem::path& path);
