@@ -18,6 +18,8 @@ namespace iser::trace {
 inline constexpr int kMaxTraceExperts = 1 << 16;
 inline constexpr int kMaxTraceTopK = 64;
 inline constexpr int kMaxTraceLayers = 1 << 12;
+// Counts per (layer, expert) cell; sums over up to 2^20 cells then cannot overflow int64.
+inline constexpr int64_t kMaxCount = int64_t{1} << 40;
 
 // Strict decimal integer (optional sign, digits only); nullopt on anything else or overflow.
 std::optional<int64_t> parse_decimal(std::string_view text);

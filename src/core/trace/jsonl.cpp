@@ -40,7 +40,9 @@ struct TokenKey {
 };
 struct TokenKeyHash {
   size_t operator()(const TokenKey& k) const {
-    return std::hash<int64_t>()(k.request_idx * 0x9e3779b97f4a7c15LL ^ k.token_idx);
+    const uint64_t mixed = static_cast<uint64_t>(k.request_idx) * 0x9e3779b97f4a7c15ULL ^
+                           static_cast<uint64_t>(k.token_idx);
+    return std::hash<uint64_t>()(mixed);
   }
 };
 
