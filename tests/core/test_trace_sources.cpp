@@ -224,6 +224,9 @@ TEST(Synthetic, RankImbalanceTuningHitsTheTargets) {
   }
   o.rank_imbalance = 1000.0;
   expect_error([&] { synthetic_alpha(o); }, {"unreachable", "EP64"});
+  o.kind = "mixed";
+  expect_error([&] { make_synthetic(o); }, {"rank_imbalance", "'mixed'"});
+  o.kind = "power-law";
   o.rank_imbalance_ep = 48;
   o.rank_imbalance = 2.0;
   expect_error([&] { synthetic_alpha(o); }, {"rank_imbalance_ep = 48"});

@@ -97,6 +97,7 @@ double power_law_rank_imbalance(const SyntheticOptions& options, double alpha) {
 namespace iser {
 
 double synthetic_alpha(const SyntheticOptions& options) {
+  trace::check_options(options);
   if (!options.rank_imbalance) return options.alpha;
   const double target = *options.rank_imbalance;
   ISER_CHECK(std::isfinite(target) && target >= 1.0,
@@ -124,7 +125,11 @@ double synthetic_alpha(const SyntheticOptions& options) {
 
 std::unique_ptr<RoutingSource> make_synthetic(const SyntheticOptions& options) {
   trace::check_options(options);
-  if (options.kind == "mixed") return trace::make_mixed(options, trace::MixedParams{});
+  if (options.kind == "mixed") {
+    ISER_CHECK(!options.rank_imbalance,
+               "synthetic: rank_imbalance tunes the power-law generator, not '{}'", options.kind);
+    return trace::make_mixed(options, trace::MixedParams{});
+  }
   ISER_CHECK(options.kind == "power-law", "synthetic: unknown kind '{}' (power-law | mixed)",
              options.kind);
   const double alpha = synthetic_alpha(options);
