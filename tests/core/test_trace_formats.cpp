@@ -272,6 +272,18 @@ TEST(TraceErrors, HistogramShapeAndKindChecks) {
       {"h.st", "unexpected tensor 'junk'"});
 }
 
+TEST(TraceErrors, CountsAboveTwoToTheFortyAreRejected) {
+  const std::string counts =
+      R"({"__metadata__":{"num_experts":"2","top_k":"1"},)"
+      R"("expert_counts":{"dtype":"I64","shape":[1,2],"data_offsets":[0,16]}})";
+  expect_error(
+      [&] {
+        parse_safetensors_trace(
+            raw_safetensors(counts, le_bytes<int64_t>({1, (int64_t{1} << 40) + 1})), "big.st");
+      },
+      {"big.st", "element 1 = 1099511627777", "2^40"});
+}
+
 TEST(TraceErrors, TopKMismatch) {
   const std::string header = R"({"__metadata__":{"num_experts":"8","top_k":"3"},)"
                              R"("topk_ids":{"dtype":"I32","shape":[1,2,2],"data_offsets":[0,16]}})";

@@ -15,20 +15,13 @@ namespace {
 
 using testing::expect_error;
 
+// id of layer l, token t, choice c = (7l + 3t + c) mod E.
 TraceData token_trace(int L, int T, int k, int E) {
-  TraceData d;
-  d.kind = TraceKind::kTokens;
-  d.metadata.num_experts = E;
-  d.metadata.top_k = k;
-  d.metadata.num_layers = L;
-  d.metadata.num_tokens = T;
-  d.metadata.source = "tokens";
-  for (int l = 0; l < L; ++l) {
-    for (int t = 0; t < T; ++t) {
-      for (int c = 0; c < k; ++c) d.topk_ids.push_back((l * 7 + t * 3 + c) % E);
-    }
-  }
-  return d;
+  return testing::make_token_trace(L, T, k, E, [&](size_t i) {
+    const auto l = static_cast<int>(i / (static_cast<size_t>(T) * k));
+    const auto t = static_cast<int>(i / k % T);
+    return static_cast<int32_t>((l * 7 + t * 3 + static_cast<int>(i % k)) % E);
+  });
 }
 
 TraceData histograms(std::vector<int64_t> hist, int L, int k) {
@@ -224,6 +217,9 @@ TEST(Synthetic, RankImbalanceTuningHitsTheTargets) {
   }
   o.rank_imbalance = 1000.0;
   expect_error([&] { synthetic_alpha(o); }, {"unreachable", "EP64"});
+  o.kind = "mixed";
+  expect_error([&] { make_synthetic(o); }, {"rank_imbalance", "'mixed'"});
+  o.kind = "power-law";
   o.rank_imbalance_ep = 48;
   o.rank_imbalance = 2.0;
   expect_error([&] { synthetic_alpha(o); }, {"rank_imbalance_ep = 48"});

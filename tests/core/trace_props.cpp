@@ -6,23 +6,18 @@
 
 #include "iser/error.h"
 #include "iser/trace.h"
+#include "trace_test_util.h"
 
 namespace iser {
 namespace {
 
+// Ids in [-1, E) derived from raw values, repeated cyclically.
 TraceData random_tokens(int L, int T, int k, int E, const std::vector<int32_t>& raw) {
-  TraceData d;
-  d.kind = TraceKind::kTokens;
-  d.metadata.num_experts = E;
-  d.metadata.top_k = k;
-  d.metadata.num_layers = L;
-  d.metadata.num_tokens = T;
+  auto d = testing::make_token_trace(L, T, k, E, [&](size_t i) {
+    const int64_t r = raw.empty() ? 0 : raw[i % raw.size()];
+    return static_cast<int32_t>((r % (E + 1) + E + 1) % (E + 1)) - 1;
+  });
   d.metadata.model = "prop";
-  d.topk_ids.resize(static_cast<size_t>(L) * T * k);
-  for (size_t i = 0; i < d.topk_ids.size(); ++i) {
-    const int32_t r = raw.empty() ? 0 : raw[i % raw.size()];
-    d.topk_ids[i] = static_cast<int32_t>((static_cast<int64_t>(r) % (E + 1) + E + 1) % (E + 1)) - 1;
-  }
   return d;
 }
 

@@ -9,9 +9,12 @@
 #include <random>
 #include <string>
 
+#include <unistd.h>
+
 #include <gtest/gtest.h>
 
 #include "iser/error.h"
+#include "iser/trace.h"
 
 namespace iser::testing {
 
@@ -57,6 +60,22 @@ std::string le_bytes(std::initializer_list<T> values) {
     out.append(buf, sizeof(T));
   }
   return out;
+}
+
+// A token trace [L, T, k] whose id at flat index i is id_at(i).
+template <typename IdAt>
+TraceData make_token_trace(int num_layers, int num_tokens, int top_k, int num_experts,
+                           IdAt&& id_at) {
+  TraceData d;
+  d.kind = TraceKind::kTokens;
+  d.metadata.num_experts = num_experts;
+  d.metadata.top_k = top_k;
+  d.metadata.num_layers = num_layers;
+  d.metadata.num_tokens = num_tokens;
+  d.metadata.source = "test tokens";
+  d.topk_ids.resize(static_cast<size_t>(num_layers) * num_tokens * top_k);
+  for (size_t i = 0; i < d.topk_ids.size(); ++i) d.topk_ids[i] = id_at(i);
+  return d;
 }
 
 // Expects iser::Error whose message contains every fragment.

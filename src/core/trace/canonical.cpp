@@ -29,6 +29,8 @@ bool is_histogram_name(std::string_view n) {
 void check_counts(std::string_view what, std::string_view field, std::span<const int64_t> v) {
   for (size_t i = 0; i < v.size(); ++i) {
     ISER_CHECK(v[i] >= 0, "{}: {} element {} = {} is negative", what, field, i, v[i]);
+    ISER_CHECK(v[i] <= trace::kMaxCount, "{}: {} element {} = {} exceeds 2^40", what, field, i,
+               v[i]);
   }
 }
 

@@ -18,37 +18,42 @@ std::optional<int64_t> parse_decimal(std::string_view text) {
   return value;
 }
 
+namespace {
+
+// An option when given, else the file's value; missing both is an error naming the field.
+int resolve_dimension(std::string_view name, std::optional<int> option,
+                      std::optional<int64_t> from_file, std::string_view field,
+                      std::string_view what, std::string_view hint, int max_value) {
+  ISER_CHECK(option.has_value() || from_file.has_value(),
+             "{}: {} is missing and no {} was given ({})", name, field, what, hint);
+  const int64_t v = option ? *option : *from_file;
+  ISER_CHECK(v >= 1 && v <= max_value, "{}: {} = {} out of range [1, {}]", name, what, v,
+             max_value);
+  return static_cast<int>(v);
+}
+
+}  // namespace
+
 int resolve_num_experts(std::string_view name, const TraceOptions& options,
                         std::optional<int64_t> from_file, std::string_view field) {
-  int64_t e = 0;
-  if (options.num_experts) {
-    e = *options.num_experts;
-  } else {
-    ISER_CHECK(from_file.has_value(),
-               "{}: {} is missing and no expert count was given (--num-experts / "
-               "TraceOptions::num_experts); E is never guessed from the largest id",
-               name, field);
-    e = *from_file;
-  }
-  ISER_CHECK(e >= 1 && e <= kMaxTraceExperts, "{}: num_experts = {} out of range [1, {}]", name, e,
-             kMaxTraceExperts);
-  return static_cast<int>(e);
+  return resolve_dimension(
+      name, options.num_experts, from_file, field, "num_experts",
+      "--num-experts / TraceOptions::num_experts; E is never guessed from the largest id",
+      kMaxTraceExperts);
 }
 
 int resolve_top_k(std::string_view name, const TraceOptions& options,
                   std::optional<int64_t> from_file, std::string_view field) {
-  int64_t k = 0;
-  if (options.top_k) {
-    k = *options.top_k;
-  } else {
-    ISER_CHECK(from_file.has_value(),
-               "{}: {} is missing and no top-k was given (--top-k / TraceOptions::top_k)", name,
-               field);
-    k = *from_file;
-  }
-  ISER_CHECK(k >= 1 && k <= kMaxTraceTopK, "{}: top_k = {} out of range [1, {}]", name, k,
-             kMaxTraceTopK);
-  return static_cast<int>(k);
+  return resolve_dimension(name, options.top_k, from_file, field, "top_k",
+                           "--top-k / TraceOptions::top_k", kMaxTraceTopK);
+}
+
+std::string describe(const nlohmann::json& value) {
+  if (value.is_array()) return fmt::format("[array of {}]", value.size());
+  if (value.is_object()) return fmt::format("{{object of {}}}", value.size());
+  std::string text = value.dump();
+  if (text.size() > 60) text = text.substr(0, 57) + "...";
+  return text;
 }
 
 std::string read_file_bytes(const std::filesystem::path& path) {

@@ -7,6 +7,8 @@
 #include <string>
 #include <string_view>
 
+#include <nlohmann/json.hpp>
+
 #include "iser/trace.h"
 
 namespace iser::trace {
@@ -16,6 +18,8 @@ namespace iser::trace {
 inline constexpr int kMaxTraceExperts = 1 << 16;
 inline constexpr int kMaxTraceTopK = 64;
 inline constexpr int kMaxTraceLayers = 1 << 12;
+// Counts per (layer, expert) cell; sums over up to 2^20 cells then cannot overflow int64.
+inline constexpr int64_t kMaxCount = int64_t{1} << 40;
 
 // Strict decimal integer (optional sign, digits only); nullopt on anything else or overflow.
 std::optional<int64_t> parse_decimal(std::string_view text);
@@ -25,6 +29,10 @@ int resolve_num_experts(std::string_view name, const TraceOptions& options,
                         std::optional<int64_t> from_file, std::string_view field);
 int resolve_top_k(std::string_view name, const TraceOptions& options,
                   std::optional<int64_t> from_file, std::string_view field);
+
+// A JSON value for an error message: scalars as JSON text (cut at 60 characters), containers
+// by kind and size only (json::dump recurses, and hostile input can nest arbitrarily deep).
+std::string describe(const nlohmann::json& value);
 
 // Whole file into memory (the readers' working set is proportional to it anyway).
 std::string read_file_bytes(const std::filesystem::path& path);

@@ -23,6 +23,7 @@ namespace iser {
 namespace {
 
 using nlohmann::json;
+using trace::describe;
 
 constexpr int64_t kMaxLayerId = 1 << 20;
 
@@ -39,7 +40,9 @@ struct TokenKey {
 };
 struct TokenKeyHash {
   size_t operator()(const TokenKey& k) const {
-    return std::hash<int64_t>()(k.request_idx * 0x9e3779b97f4a7c15LL ^ k.token_idx);
+    const uint64_t mixed = static_cast<uint64_t>(k.request_idx) * 0x9e3779b97f4a7c15ULL ^
+                           static_cast<uint64_t>(k.token_idx);
+    return std::hash<uint64_t>()(mixed);
   }
 };
 
@@ -95,7 +98,7 @@ void Parser::parse_meta(const json& row, int64_t line_no) {
     const auto it = row.find(key);
     if (it == row.end()) return std::nullopt;
     ISER_CHECK(it->is_number_integer(), "{}:{}: meta field {} = {} is not an integer", name_,
-               line_no, key, it->dump());
+               line_no, key, describe(*it));
     return it->get<int64_t>();
   };
   meta_experts_ = get_int("num_experts");
@@ -119,11 +122,11 @@ void Parser::ensure_shape(int64_t line_no) {
 
 void Parser::read_ids(const json& ids, int64_t line_no, std::vector<int32_t>& out) {
   ISER_CHECK(ids.is_array() && static_cast<int64_t>(ids.size()) == top_k_,
-             "{}:{}: expert list {} is not an array of top_k = {} ids", name_, line_no, ids.dump(),
-             top_k_);
+             "{}:{}: expert list {} is not an array of top_k = {} ids", name_, line_no,
+             describe(ids), top_k_);
   for (const auto& v : ids) {
     ISER_CHECK(v.is_number_integer(), "{}:{}: expert id {} is not an integer", name_, line_no,
-               v.dump());
+               describe(v));
     const auto e = v.get<int64_t>();
     ISER_CHECK(e >= -1 && e < num_experts_,
                "{}:{}: expert id {} outside [-1, {}) (num_experts = {})", name_, line_no, e,
@@ -177,8 +180,8 @@ void Parser::parse_route(const json& row, int64_t line_no) {
   if (const json* r = find_any(row, {"req_id", "request_id", "problem_id"}); r != nullptr) {
     ISER_CHECK(r->is_string() || r->is_number_integer(),
                "{}:{}: request id {} is neither a string nor an integer", name_, line_no,
-               r->dump());
-    request = r->dump();
+               describe(*r));
+    request = r->dump();  // a string or an integer: short and unambiguous
   }
   const auto [req_it, new_request] =
       requests_.emplace(request, static_cast<int64_t>(requests_.size()));
@@ -192,7 +195,7 @@ void Parser::parse_route(const json& row, int64_t line_no) {
   if (layer != nullptr) {
     ISER_CHECK(layer->is_number_integer() && layer->get<int64_t>() >= 0 &&
                    layer->get<int64_t>() <= kMaxLayerId,
-               "{}:{}: layer {} is not an integer in [0, {}]", name_, line_no, layer->dump(),
+               "{}:{}: layer {} is not an integer in [0, {}]", name_, line_no, describe(*layer),
                kMaxLayerId);
     first_layer = layer->get<int64_t>();
   }
@@ -203,7 +206,7 @@ void Parser::parse_route(const json& row, int64_t line_no) {
   int64_t token_idx = 0;
   if (const json* t = find_any(row, {"token_idx"}); t != nullptr) {
     ISER_CHECK(t->is_number_integer(), "{}:{}: token_idx {} is not an integer", name_, line_no,
-               t->dump());
+               describe(*t));
     token_idx = t->get<int64_t>();
   } else {
     token_idx = ordinals_[{request_idx, first_layer}]++;

@@ -29,10 +29,7 @@ constexpr double kTotalWeight = 0x1.0p40;
 
 std::vector<double> zipf_shares(int n, double alpha, double offset, double cutoff, uint64_t seed) {
   Xoshiro256 rng(seed);
-  std::vector<int32_t> order(static_cast<size_t>(n));
-  for (int i = 0; i < n; ++i) order[i] = i;
-  for (int i = n - 1; i > 0; --i)
-    std::swap(order[i], order[rng.below(static_cast<uint64_t>(i) + 1)]);
+  const auto order = shuffled_order(n, rng);
   std::vector<double> shares(static_cast<size_t>(n));
   double sum = 0;
   for (int i = 0; i < n; ++i) {

@@ -16,6 +16,7 @@ namespace iser {
 namespace {
 
 using nlohmann::json;
+using trace::describe;
 
 std::optional<int64_t> json_int(const json& obj, std::initializer_list<const char*> keys,
                                 std::string_view name) {
@@ -23,7 +24,7 @@ std::optional<int64_t> json_int(const json& obj, std::initializer_list<const cha
     const auto it = obj.find(key);
     if (it == obj.end()) continue;
     ISER_CHECK(it->is_number_integer(), "{}: field {} = {} is not an integer", name, key,
-               it->dump());
+               describe(*it));
     return it->get<int64_t>();
   }
   return std::nullopt;
@@ -45,7 +46,7 @@ void append_count_row(const json& row, int64_t num_experts, std::string_view nam
   for (size_t e = 0; e < row.size(); ++e) {
     const json& v = row[e];
     ISER_CHECK(v.is_number_integer() && v.get<int64_t>() >= 0,
-               "{}: {}[{}] = {} is not a non-negative integer", name, where, e, v.dump());
+               "{}: {}[{}] = {} is not a non-negative integer", name, where, e, describe(v));
     out.push_back(v.get<int64_t>());
   }
 }

@@ -1,4 +1,5 @@
 #include "safetensors.h"
+#include "common.h"
 
 #include <algorithm>
 #include <bit>
@@ -8,6 +9,7 @@
 
 #include <nlohmann/json.hpp>
 
+#include "common.h"
 #include "iser/error.h"
 
 namespace iser::trace {
@@ -175,7 +177,7 @@ SafetensorsView parse_safetensors(std::string_view bytes, std::string_view name)
     for (const auto& dim : *shape) {
       uint64_t d = 0;
       ISER_CHECK(json_to_u63(dim, d), "{}: tensor '{}' has invalid shape entry {}", name, key,
-                 dim.dump());
+                 describe(dim));
       t.shape.push_back(static_cast<int64_t>(d));
     }
     // Elements may not exceed the data bytes, so the running product is bounded before overflow.
@@ -186,7 +188,7 @@ SafetensorsView parse_safetensors(std::string_view bytes, std::string_view name)
       ISER_CHECK(static_cast<uint64_t>(d) <= view.data.size() &&
                      elements <= view.data.size() / static_cast<uint64_t>(d),
                  "{}: tensor '{}' shape {} has more elements than the {}-byte data section", name,
-                 key, shape->dump(), view.data.size());
+                 key, fmt::format("[{}]", fmt::join(t.shape, ",")), view.data.size());
       elements *= static_cast<uint64_t>(d);
     }
     t.num_elements = empty ? 0 : elements;
@@ -195,14 +197,15 @@ SafetensorsView parse_safetensors(std::string_view bytes, std::string_view name)
     ISER_CHECK(offsets != value.end() && offsets->is_array() && offsets->size() == 2,
                "{}: tensor '{}' lacks data_offsets [begin, end]", name, key);
     ISER_CHECK(json_to_u63((*offsets)[0], t.begin) && json_to_u63((*offsets)[1], t.end),
-               "{}: tensor '{}' has invalid data_offsets {}", name, key, offsets->dump());
+               "{}: tensor '{}' has invalid data_offsets {}", name, key, describe(*offsets));
     ISER_CHECK(t.begin <= t.end && t.end <= view.data.size(),
                "{}: tensor '{}' data_offsets [{}, {}] outside the {}-byte data section", name, key,
                t.begin, t.end, view.data.size());
     const uint64_t expected = t.num_elements * known->size;  // <= data size * 8, no overflow
     ISER_CHECK(t.end - t.begin == expected,
                "{}: tensor '{}' shape {} x {} needs {} bytes but data_offsets span {}", name, key,
-               shape->dump(), t.dtype_name, expected, t.end - t.begin);
+               fmt::format("[{}]", fmt::join(t.shape, ",")), t.dtype_name, expected,
+               t.end - t.begin);
     view.tensors.push_back(std::move(t));
   }
 

@@ -17,10 +17,6 @@ namespace {
 // Stream tags keep the generators' random streams apart from each other and from sampling.
 constexpr uint64_t kPermutationTag = 0x7065726d;  // "perm"
 constexpr uint64_t kTuningTag = 0x74756e65;       // "tune"
-constexpr uint64_t kWorkloadTag = 0x776f726b;     // "work"
-constexpr uint64_t kRequestTag = 0x72657173;      // "reqs"
-constexpr uint64_t kRouteTag = 0x726f7574;        // "rout"
-constexpr int64_t kMixedBlock = 2048;             // tokens per independently seeded block
 constexpr double kWeightScale = 1 << 30;
 
 void check_options(const SyntheticOptions& o) {
@@ -34,16 +30,8 @@ void check_options(const SyntheticOptions& o) {
              "synthetic: alpha = {} out of range [0, 8]", o.alpha);
 }
 
-// Fisher-Yates with the project's RNG (std::shuffle is implementation-defined).
-std::vector<int32_t> permutation(int n, Xoshiro256& rng) {
-  std::vector<int32_t> p(static_cast<size_t>(n));
-  for (int i = 0; i < n; ++i) p[i] = i;
-  for (int i = n - 1; i > 0; --i) std::swap(p[i], p[rng.below(static_cast<uint64_t>(i) + 1)]);
-  return p;
-}
-
 void zipf_into(std::span<int64_t> out, double alpha, Xoshiro256& rng, double scale) {
-  const auto order = permutation(static_cast<int>(out.size()), rng);
+  const auto order = shuffled_order(static_cast<int>(out.size()), rng);
   for (size_t i = 0; i < out.size(); ++i) {
     const double w = scale * std::pow(static_cast<double>(i + 1), -alpha);
     out[order[i]] += std::max<int64_t>(1, std::llround(w));
@@ -63,6 +51,13 @@ TraceMetadata synthetic_metadata(const SyntheticOptions& o, std::string dataset)
 }
 
 }  // namespace
+
+std::vector<int32_t> shuffled_order(int n, Xoshiro256& rng) {
+  std::vector<int32_t> p(static_cast<size_t>(n));
+  for (int i = 0; i < n; ++i) p[i] = i;
+  for (int i = n - 1; i > 0; --i) std::swap(p[i], p[rng.below(static_cast<uint64_t>(i) + 1)]);
+  return p;
+}
 
 std::vector<int64_t> power_law_histograms(int num_layers, int num_experts, double alpha,
                                           uint64_t seed) {
@@ -97,14 +92,12 @@ double power_law_rank_imbalance(const SyntheticOptions& options, double alpha) {
   return sum / options.num_layers;
 }
 
-std::unique_ptr<RoutingSource> make_mixed(const SyntheticOptions& options,
-                                          const MixedParams& params);
-
 }  // namespace iser::trace
 
 namespace iser {
 
 double synthetic_alpha(const SyntheticOptions& options) {
+  trace::check_options(options);
   if (!options.rank_imbalance) return options.alpha;
   const double target = *options.rank_imbalance;
   ISER_CHECK(std::isfinite(target) && target >= 1.0,
@@ -132,7 +125,11 @@ double synthetic_alpha(const SyntheticOptions& options) {
 
 std::unique_ptr<RoutingSource> make_synthetic(const SyntheticOptions& options) {
   trace::check_options(options);
-  if (options.kind == "mixed") return trace::make_mixed(options, trace::MixedParams{});
+  if (options.kind == "mixed") {
+    ISER_CHECK(!options.rank_imbalance,
+               "synthetic: rank_imbalance tunes the power-law generator, not '{}'", options.kind);
+    return trace::make_mixed(options, trace::MixedParams{});
+  }
   ISER_CHECK(options.kind == "power-law", "synthetic: unknown kind '{}' (power-law | mixed)",
              options.kind);
   const double alpha = synthetic_alpha(options);

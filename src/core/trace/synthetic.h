@@ -6,8 +6,13 @@
 #include <vector>
 
 #include "iser/trace.h"
+#include "rng.h"
 
 namespace iser::trace {
+
+// Fisher-Yates with the project's RNG (std::shuffle is implementation-defined): a seeded order
+// of 0..n-1.
+std::vector<int32_t> shuffled_order(int n, Xoshiro256& rng);
 
 // Zipf weights 1/(rank+1)^alpha over a seeded random expert order per layer, as integers
 // (hottest = 2^30, floor 1): [L, E].
