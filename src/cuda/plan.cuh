@@ -82,6 +82,10 @@ __device__ __forceinline__ unsigned long long global_timer() {
   return t;
 }
 
+__device__ __forceinline__ void named_barrier(int id, int num_threads) {
+  asm volatile("bar.sync %0, %1;" ::"r"(id), "r"(num_threads) : "memory");
+}
+
 __device__ __forceinline__ int warp_inclusive_scan(int v, int lane) {
 #pragma unroll
   for (int d = 1; d < 32; d <<= 1) {
@@ -460,13 +464,21 @@ struct SortedLane {
 __device__ __forceinline__ void trade_one_way(int c_r, int& q_r, int c_d, int& q_d, int lane) {
   const int pull = min(max(0, c_r - q_r), max(0, q_d - c_d));
   const int give = max(0, q_r - c_r);
-  const int delta = min(__reduce_add_sync(PlanConfig::kFullMask, pull),
-                        __reduce_add_sync(PlanConfig::kFullMask, give));
+  const int sum_pull = __reduce_add_sync(PlanConfig::kFullMask, pull);
+  const int sum_give = __reduce_add_sync(PlanConfig::kFullMask, give);
+  const int delta = min(sum_pull, sum_give);
   if (delta <= 0) return;
-  const int pull_incl = warp_inclusive_scan(pull, lane);
-  const int give_incl = warp_inclusive_scan(give, lane);
-  const int take = min(pull, max(0, delta - (pull_incl - pull)));
-  const int release = min(give, max(0, delta - (give_incl - give)));
+  // The side whose total equals delta is taken whole; only the other needs the greedy fill.
+  int take = pull;
+  int release = give;
+  if (delta < sum_pull) {
+    const int pull_incl = warp_inclusive_scan(pull, lane);
+    take = min(pull, max(0, delta - (pull_incl - pull)));
+  }
+  if (delta < sum_give) {
+    const int give_incl = warp_inclusive_scan(give, lane);
+    release = min(give, max(0, delta - (give_incl - give)));
+  }
   q_r += take - release;
   q_d += release - take;
 }
@@ -706,12 +718,14 @@ __global__ void __launch_bounds__(PlanConfig::kThreads, 1) plan_kernel(const Pla
     const int seats = P + (P & 1);  // odd P: seat P is the bye
     const int ring_size = seats - 1;
     const int num_pairs = seats / 2;
+    // Only the warps that own pairs take part; they meet at a named barrier per phase.
+    const int repair_warps = min(num_pairs, PlanConfig::kWarps);
     SortedLane lane_b;
     if (B <= 32 && lane < B) {
       const int b = st.order[lane];
       lane_b = {st.b_begin[b], st.b_size[b], st.b_owner[b], st.b_quota_offset[b], true};
     }
-    for (int phase = 0; phase < 2 * ring_size; ++phase) {
+    for (int phase = 0; phase < 2 * ring_size && warp < repair_warps; ++phase) {
       const int rot = phase % ring_size;
       // ring after `rot` right rotations of [1 .. seats-1]: ring[i] = 1 + (i - rot) mod n.
       auto ring = [&](int i) { return 1 + (i - rot + ring_size) % ring_size; };
@@ -727,9 +741,10 @@ __global__ void __launch_bounds__(PlanConfig::kThreads, 1) plan_kernel(const Pla
           trade(st, B, d, a, lane);
         }
       }
-      __syncthreads();
+      named_barrier(1, repair_warps * 32);
     }
   }
+  __syncthreads();
   stamp(4);
 
   // ---- output: quotas and rewrite tables (one warp per broadcast), invariant checks ---------
