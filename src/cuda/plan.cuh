@@ -3,15 +3,21 @@
 // (src/core/planner): same int32 arithmetic, same ties, same pass budget.
 //
 // Stages and who runs them:
-//   1 hist, loads, T, candidates        all threads
+//   1 hist, loads, T                    all threads: column sums in registers, coalesced
+//     candidates                        one warp per owner: C warp-argmax rounds
 //   2 placement (sequential passes)     warp 0: per-pass argmax and group search are warp
 //                                       reductions over the ranks (P <= 72: <= 3 per lane)
 //   3 slot coloring (sequential)        warp 0
 //   6 transport modes, repair prep      all threads
-//   4 quota repair                      one warp per circle-method pair, a barrier per phase
+//   4 quota repair                      one warp per circle-method pair, a named barrier per
+//                                       phase; each lane holds <= 3 sorted broadcasts
 //   out plan words + rewrite tables     all threads
 // Per-rank state and the broadcasts live in shared memory; quotas are stored compactly (group
 // members, then the owner when it is outside) since Σ_b |G_b| <= P·S.
+//
+// NOTE: code size matters as much as the arithmetic: the planner runs after kernels that evict
+// L2, so every instruction line it executes for the first time is an HBM fetch. Loops that need
+// no unrolling say `#pragma unroll 1`, and the rare general repair path is out of line.
 #pragma once
 
 #include <cstdint>
@@ -28,13 +34,13 @@ struct PlanConfig {
   static constexpr int kRankChunks = (kGpuMaxRanks + 31) / 32;  // ranks per lane, at most
 };
 
-// Shared-memory layout of the plan kernel, in int32 words (host and device compute the same).
+// Shared-memory layout of the plan kernel, in int32 words (made on the host, a kernel argument).
 struct PlanSmem {
   int hist, expert_broadcast, candidates, load, home_load, recv_used, send_used, next_candidate,
       frozen, prefix, share, used, b_expert, b_owner, b_level, b_begin, b_size, b_helper, b_mode,
       b_quota_offset, order, quota, own, scalars, total;
 
-  __host__ __device__ static PlanSmem make(int P, int E, int C, int max_broadcasts, int S) {
+  static PlanSmem make(int P, int E, int C, int max_broadcasts, int S) {
     PlanSmem s{};
     const int quota_cap = P * S + max_broadcasts;
     int at = 0;
@@ -568,7 +574,8 @@ __device__ __forceinline__ void trade_pair_registers(const State& st,
 
 }  // namespace plan_detail
 
-__global__ void __launch_bounds__(PlanConfig::kThreads, 1) plan_kernel(const PlanParams p) {
+__global__ void __launch_bounds__(PlanConfig::kThreads, 1)
+    plan_kernel(const PlanParams p, const PlanSmem lay) {
   using namespace plan_detail;
   extern __shared__ int32_t smem[];
   const int tid = threadIdx.x;
@@ -590,7 +597,6 @@ __global__ void __launch_bounds__(PlanConfig::kThreads, 1) plan_kernel(const Pla
   st.num_levels = p.num_levels;
   st.max_broadcasts = p.max_broadcasts;
   st.quota_cap = st.P * st.S + p.max_broadcasts;
-  const PlanSmem lay = PlanSmem::make(st.P, st.E, st.C, p.max_broadcasts, st.S);
   st.hist = smem + lay.hist;
   st.expert_broadcast = smem + lay.expert_broadcast;
   st.candidates = smem + lay.candidates;
