@@ -5,13 +5,20 @@
 
 namespace iser::cuda {
 
-int plan_smem_bytes(const PlanParams& params) {
+namespace {
+
+PlanSmem plan_smem_layout(const PlanParams& params) {
   const int C = params.num_slots < params.num_experts / params.num_ranks
                     ? params.num_slots
                     : params.num_experts / params.num_ranks;
-  const PlanSmem lay = PlanSmem::make(params.num_ranks, params.num_experts, C,
-                                      params.max_broadcasts, params.num_slots);
-  return static_cast<int>(sizeof(int32_t)) * lay.total;
+  return PlanSmem::make(params.num_ranks, params.num_experts, C, params.max_broadcasts,
+                        params.num_slots);
+}
+
+}  // namespace
+
+int plan_smem_bytes(const PlanParams& params) {
+  return static_cast<int>(sizeof(int32_t)) * plan_smem_layout(params).total;
 }
 
 int prepare_plan_kernel(int smem_bytes) {
@@ -20,7 +27,11 @@ int prepare_plan_kernel(int smem_bytes) {
 }
 
 int launch_plan(const PlanParams& params, CUstream_st* stream) {
-  plan_kernel<<<params.num_plans, PlanConfig::kThreads, plan_smem_bytes(params), stream>>>(params);
+  // The layout travels as a kernel argument: computed on the device it would be the first
+  // few hundred instructions every thread fetches cold.
+  const PlanSmem lay = plan_smem_layout(params);
+  plan_kernel<<<params.num_plans, PlanConfig::kThreads, sizeof(int32_t) * lay.total, stream>>>(
+      params, lay);
   return static_cast<int>(cudaGetLastError());
 }
 

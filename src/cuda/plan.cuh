@@ -3,15 +3,21 @@
 // (src/core/planner): same int32 arithmetic, same ties, same pass budget.
 //
 // Stages and who runs them:
-//   1 hist, loads, T, candidates        all threads
+//   1 hist, loads, T                    all threads: column sums in registers, coalesced
+//     candidates                        one warp per owner: C warp-argmax rounds
 //   2 placement (sequential passes)     warp 0: per-pass argmax and group search are warp
 //                                       reductions over the ranks (P <= 72: <= 3 per lane)
 //   3 slot coloring (sequential)        warp 0
 //   6 transport modes, repair prep      all threads
-//   4 quota repair                      one warp per circle-method pair, a barrier per phase
+//   4 quota repair                      one warp per circle-method pair, a named barrier per
+//                                       phase; each lane holds <= 3 sorted broadcasts
 //   out plan words + rewrite tables     all threads
 // Per-rank state and the broadcasts live in shared memory; quotas are stored compactly (group
 // members, then the owner when it is outside) since Σ_b |G_b| <= P·S.
+//
+// NOTE: code size matters as much as the arithmetic: the planner runs after kernels that evict
+// L2, so every instruction line it executes for the first time is an HBM fetch. Loops that need
+// no unrolling say `#pragma unroll 1`, and the rare general repair path is out of line.
 #pragma once
 
 #include <cstdint>
@@ -26,16 +32,15 @@ struct PlanConfig {
   static constexpr int kWarps = kThreads / 32;
   static constexpr unsigned kFullMask = 0xffffffffu;
   static constexpr int kRankChunks = (kGpuMaxRanks + 31) / 32;  // ranks per lane, at most
-  static constexpr int kLoadsInFlight = 8;  // independent global loads per thread (stage 1)
 };
 
-// Shared-memory layout of the plan kernel, in int32 words (host and device compute the same).
+// Shared-memory layout of the plan kernel, in int32 words (made on the host, a kernel argument).
 struct PlanSmem {
   int hist, expert_broadcast, candidates, load, home_load, recv_used, send_used, next_candidate,
-      frozen, prefix, used, b_expert, b_owner, b_level, b_begin, b_size, b_helper, b_mode,
+      frozen, prefix, share, used, b_expert, b_owner, b_level, b_begin, b_size, b_helper, b_mode,
       b_quota_offset, order, quota, own, scalars, total;
 
-  __host__ __device__ static PlanSmem make(int P, int E, int C, int max_broadcasts, int S) {
+  static PlanSmem make(int P, int E, int C, int max_broadcasts, int S) {
     PlanSmem s{};
     const int quota_cap = P * S + max_broadcasts;
     int at = 0;
@@ -54,7 +59,10 @@ struct PlanSmem {
     s.next_candidate = take(P);
     s.frozen = take(P);
     s.prefix = take(P + 1);
+    s.share = take(P);
     s.used = take(P);
+    // NOTE: b_expert .. b_mode stay consecutive, equal-sized and in BroadcastField order: the
+    // output stage reads broadcast field f at b_expert + f * (b_owner - b_expert).
     s.b_expert = take(max_broadcasts);
     s.b_owner = take(max_broadcasts);
     s.b_level = take(max_broadcasts);
@@ -82,6 +90,10 @@ __device__ __forceinline__ unsigned long long global_timer() {
   return t;
 }
 
+__device__ __forceinline__ void named_barrier(int id, int num_threads) {
+  asm volatile("bar.sync %0, %1;" ::"r"(id), "r"(num_threads) : "memory");
+}
+
 __device__ __forceinline__ int warp_inclusive_scan(int v, int lane) {
 #pragma unroll
   for (int d = 1; d < 32; d <<= 1) {
@@ -100,6 +112,38 @@ __device__ __forceinline__ unsigned warp_inclusive_scan_u(unsigned v, int lane) 
   return v;
 }
 
+// Stage 1 column sums of the counts [P][E] into hist (zeroed), V = int or int4 (E % 4 == 0).
+// Thread t sums vector column t % cols over the rows t / cols, + slices, ... in registers.
+template <typename V>
+__device__ __forceinline__ void column_sums(const int32_t* counts, int P, int E, int max_count,
+                                            int32_t* hist, bool& bad, long long& partial, int tid) {
+  constexpr int kVec = sizeof(V) / sizeof(int32_t);
+  const int cols = E / kVec;
+  const int slices = max(1, PlanConfig::kThreads / cols);
+  constexpr int kUnroll = kVec == 4 ? 4 : 1;  // loads in flight on the fast path only
+  const V* base = reinterpret_cast<const V*>(counts);
+#pragma unroll 1
+  for (int w = tid; w < slices * cols; w += PlanConfig::kThreads) {
+    const int col = w % cols;
+    int acc[kVec] = {};
+#pragma unroll kUnroll
+    for (int r = w / cols; r < P; r += slices) {
+      const V v = __ldg(base + r * cols + col);
+      const int* c = reinterpret_cast<const int*>(&v);
+#pragma unroll
+      for (int k = 0; k < kVec; ++k) {
+        bad |= c[k] < 0 || c[k] > max_count;
+        acc[k] += c[k];
+      }
+    }
+#pragma unroll
+    for (int k = 0; k < kVec; ++k) {
+      partial += acc[k];  // exact whenever no count is bad (<= 72 * 2^18 per column)
+      if (acc[k] != 0) atomicAdd(&hist[col * kVec + k], acc[k]);
+    }
+  }
+}
+
 // Views of the shared arrays of one plan.
 struct State {
   int P, E, S, H, C, num_levels, max_broadcasts, quota_cap;
@@ -113,6 +157,7 @@ struct State {
   int32_t* next_candidate;
   int32_t* frozen;
   uint32_t* prefix;  // packed (room << 7) | ineligible, inclusive prefix over ranks
+  int32_t* share;    // placement scratch: the quota of each group member in this pass
   uint32_t* used;    // helper indices in use per rank (coloring)
   int32_t* b_expert;
   int32_t* b_owner;
@@ -157,6 +202,7 @@ __device__ GroupChoice choose_group(const State& st, const PlanParams& p, int o,
   // "no free helper slot"; Σ room <= P * T < 2^25 and Σ flags <= 72 < 2^7, so it fits 32 bits.
   unsigned carry = 0;
   if (lane == 0) st.prefix[0] = 0;
+#pragma unroll 1
   for (int base = 0; base < P; base += 32) {
     const int r = base + lane;
     unsigned v = 0;
@@ -173,59 +219,45 @@ __device__ GroupChoice choose_group(const State& st, const PlanParams& p, int o,
 
   const long long per_member = T > 1 ? T : 1;
   const int num_flat = (1 << st.num_levels) - 1;
-  // Flat index f = 2^level - 1 + group index.
-  auto eval = [&](int f, int& level, int& group, int& room) -> bool {
-    level = 31 - __clz(f + 1);
-    group = f + 1 - (1 << level);
+  // One evaluation of every group (flat index f = 2^level - 1 + group index, <= 4 per lane) and
+  // two lexicographic warp maxima, each as a (hi, lo) pair of 32-bit reductions:
+  //   accepted (room > 0, and room >= give under absorb): (level + 1, room, -group)
+  //   absorb fallback (room > 0):                          (room, level, -group)
+  unsigned acc_hi = 0, acc_lo = 0, any_hi = 0, any_lo = 0;
+#pragma unroll 1
+  for (int f = lane; f < num_flat; f += 32) {
+    const int level = 31 - __clz(f + 1);
+    const int group = f + 1 - (1 << level);
     const int size = P >> level;
     const int begin = group * size;
-    if (static_cast<long long>(size) * per_member < mass) return false;  // finer than wanted
-    if (p.owner_in_group && (o < begin || o >= begin + size)) return false;
+    if (static_cast<long long>(size) * per_member < mass) continue;  // finer than wanted
+    if (p.owner_in_group && (o < begin || o >= begin + size)) continue;
     const unsigned sum = st.prefix[begin + size] - st.prefix[begin];
-    if ((sum & 127u) != 0) return false;  // a member has no free helper slot
-    room = static_cast<int>(sum >> 7);
-    return room > 0;
-  };
-
-  unsigned best_level = 0;  // level + 1 of accepted candidates
-  for (int f = lane; f < num_flat; f += 32) {
-    int level, group, room;
-    if (eval(f, level, group, room) && (!p.absorb || room >= give)) {
-      best_level = max(best_level, static_cast<unsigned>(level + 1));
+    if ((sum & 127u) != 0) continue;  // a member has no free helper slot
+    const unsigned room = sum >> 7;
+    if (room == 0) continue;
+    const unsigned tie = 127u - static_cast<unsigned>(group);
+    if (!p.absorb || room >= static_cast<unsigned>(give)) {
+      const unsigned hi = static_cast<unsigned>(level + 1);
+      const unsigned lo = (room << 7) | tie;
+      if (hi > acc_hi || (hi == acc_hi && lo > acc_lo)) acc_hi = hi, acc_lo = lo;
     }
+    const unsigned lo = (static_cast<unsigned>(level) << 7) | tie;
+    if (room > any_hi || (room == any_hi && lo > any_lo)) any_hi = room, any_lo = lo;
   }
-  best_level = __reduce_max_sync(PlanConfig::kFullMask, best_level);
   GroupChoice choice;
+  const unsigned best_level = __reduce_max_sync(PlanConfig::kFullMask, acc_hi);
   if (best_level > 0) {
-    unsigned key = 0;
-    for (int f = lane; f < num_flat; f += 32) {
-      int level, group, room;
-      if (eval(f, level, group, room) && (!p.absorb || room >= give) &&
-          level + 1 == static_cast<int>(best_level)) {
-        key = max(key, (static_cast<unsigned>(room) << 7) | (127u - group));
-      }
-    }
-    key = __reduce_max_sync(PlanConfig::kFullMask, key);
+    const unsigned key =
+        __reduce_max_sync(PlanConfig::kFullMask, acc_hi == best_level ? acc_lo : 0u);
     choice.level = static_cast<int>(best_level) - 1;
     choice.begin = (127 - static_cast<int>(key & 127u)) * (P >> choice.level);
     return choice;
   }
   if (!p.absorb) return choice;
-  unsigned best_room = 0;
-  for (int f = lane; f < num_flat; f += 32) {
-    int level, group, room;
-    if (eval(f, level, group, room)) best_room = max(best_room, static_cast<unsigned>(room));
-  }
-  best_room = __reduce_max_sync(PlanConfig::kFullMask, best_room);
+  const unsigned best_room = __reduce_max_sync(PlanConfig::kFullMask, any_hi);
   if (best_room == 0) return choice;
-  unsigned key = 0;
-  for (int f = lane; f < num_flat; f += 32) {
-    int level, group, room;
-    if (eval(f, level, group, room) && static_cast<unsigned>(room) == best_room) {
-      key = max(key, (static_cast<unsigned>(level) << 7) | (127u - group));
-    }
-  }
-  key = __reduce_max_sync(PlanConfig::kFullMask, key);
+  const unsigned key = __reduce_max_sync(PlanConfig::kFullMask, any_hi == best_room ? any_lo : 0u);
   choice.level = static_cast<int>(key >> 7);
   choice.begin = (127 - static_cast<int>(key & 127u)) * (P >> choice.level);
   return choice;
@@ -243,6 +275,7 @@ __device__ int place(const State& st, const PlanParams& p, int T, int lane) {
     __syncwarp();
     // Owner: the non-frozen rank with the largest L above T, ties to the lowest rank. L < 2^25.
     unsigned key = 0;
+#pragma unroll 1
     for (int r = lane; r < P; r += 32) {
       const int l = st.load[r];
       if (!st.frozen[r] && l > T) key = max(key, (static_cast<unsigned>(l) << 7) | (127u - r));
@@ -279,27 +312,23 @@ __device__ int place(const State& st, const PlanParams& p, int T, int lane) {
     // take min(T - L, what is left of give). Member i's share = clamp(give - Σ caps of the
     // members colder than it, 0, its cap).
     const int size = P >> g.level;
-    int takes[PlanConfig::kRankChunks];
     int moved = 0;
-#pragma unroll
-    for (int chunk = 0; chunk < PlanConfig::kRankChunks; ++chunk) {
-      const int i = chunk * 32 + lane;
+#pragma unroll 1
+    for (int i = lane; i < size; i += 32) {
       const int m = g.begin + i;
+      const int lm = st.load[m];
       int take = 0;
-      if (i < size && m != o) {
-        const int lm = st.load[m];
-        if (lm < T) {
-          int before = 0;
-#pragma unroll 8
-          for (int j = 0; j < size; ++j) {
-            const int m2 = g.begin + j;
-            const int l2 = st.load[m2];
-            if (m2 != o && l2 < T && (l2 < lm || (l2 == lm && m2 < m))) before += T - l2;
-          }
-          take = min(T - lm, max(0, give - before));
+      if (m != o && lm < T) {
+        int before = 0;
+#pragma unroll 4
+        for (int j = 0; j < size; ++j) {
+          const int m2 = g.begin + j;
+          const int l2 = st.load[m2];
+          if (m2 != o && l2 < T && (l2 < lm || (l2 == lm && m2 < m))) before += T - l2;
         }
+        take = min(T - lm, max(0, give - before));
       }
-      takes[chunk] = take;
+      st.share[i] = take;
       moved += take;
     }
     moved = __reduce_add_sync(PlanConfig::kFullMask, moved);
@@ -319,15 +348,13 @@ __device__ int place(const State& st, const PlanParams& p, int T, int lane) {
     }
     const int offset = quota_used;
     __syncwarp();
-#pragma unroll
-    for (int chunk = 0; chunk < PlanConfig::kRankChunks; ++chunk) {
-      const int i = chunk * 32 + lane;
-      if (i < size) {
-        const int m = g.begin + i;
-        st.quota[offset + i] = m == o ? mass - moved : takes[chunk];
-        st.recv_used[m] += 1;
-        if (m != o) st.load[m] += takes[chunk];
-      }
+#pragma unroll 1
+    for (int i = lane; i < size; i += 32) {  // each lane reads back only its own shares
+      const int m = g.begin + i;
+      const int take = st.share[i];
+      st.quota[offset + i] = m == o ? mass - moved : take;
+      st.recv_used[m] += 1;
+      if (m != o) st.load[m] += take;  // lane 0 updates the owner below
     }
     if (lane == 0) {
       if (!owner_in) st.quota[offset + size] = mass - moved;
@@ -353,10 +380,13 @@ __device__ int place(const State& st, const PlanParams& p, int T, int lane) {
 // smallest helper index free on every member. NOTE: aligned groups nest, so when every rank is
 // in at most S groups a free index always exists; a failure is an internal error.
 __device__ void color(const State& st, int num_broadcasts, int lane) {
+#pragma unroll 1
   for (int r = lane; r < st.P; r += 32) st.used[r] = 0;
   __syncwarp();
   const unsigned all = (1u << st.S) - 1u;
+#pragma unroll 1
   for (int level = 0; level < st.num_levels; ++level) {
+#pragma unroll 1
     for (int base = 0; base < num_broadcasts; base += 32) {
       const int k = base + lane;
       unsigned pending =
@@ -367,6 +397,7 @@ __device__ void color(const State& st, int num_broadcasts, int lane) {
         const int begin = st.b_begin[b];
         const int size = st.b_size[b];
         unsigned mask = 0;
+#pragma unroll 1
         for (int i = lane; i < size; i += 32) mask |= st.used[begin + i];
         mask = __reduce_or_sync(PlanConfig::kFullMask, mask);
         const unsigned free = ~mask & all;
@@ -378,6 +409,7 @@ __device__ void color(const State& st, int num_broadcasts, int lane) {
           h = __ffs(free) - 1;
         }
         __syncwarp();
+#pragma unroll 1
         for (int i = lane; i < size; i += 32) st.used[begin + i] |= 1u << h;
         if (lane == 0) st.b_helper[b] = h;
         __syncwarp();
@@ -388,7 +420,8 @@ __device__ void color(const State& st, int num_broadcasts, int lane) {
 
 // Stage 4, one trade (one warp): receiver a takes spare quota of donor d for its own routes and
 // releases as much of its own spare quota to d, over the broadcasts both host, in expert order.
-__device__ void trade(const State& st, int num_broadcasts, int a, int d, int lane) {
+// General path (B > 32 * kRepairChunks, rare): out of line to keep the kernel's code small.
+__device__ __noinline__ void trade(const State& st, int num_broadcasts, int a, int d, int lane) {
   auto load_pair = [&](int k, int& ia, int& id, int& pull, int& give) {
     ia = -1;
     id = -1;
@@ -438,9 +471,11 @@ __device__ void trade(const State& st, int num_broadcasts, int a, int d, int lan
   }
 }
 
-// Stage 4 fast path (B <= 32): lane k holds sorted broadcast k's group, owner and quota offset
-// for the whole repair, so a pair costs four shared loads per lane and both directions run on
-// registers.
+// Stage 4 register path (B <= 32 * kRepairChunks): lane k of chunk j holds sorted broadcast
+// 32 j + k's group, owner and quota offset for the whole repair, so a pair costs four shared
+// loads per held broadcast and both directions run on registers.
+inline constexpr int kRepairChunks = 3;
+
 struct SortedLane {
   int begin = 0;
   int size = 0;
@@ -455,48 +490,92 @@ struct SortedLane {
   }
 };
 
-// One direction: the receiver (own routes c_r, quota q_r) trades with the donor (c_d, q_d).
-// Lanes that are not shared broadcasts hold zeros, so they neither pull nor give.
-__device__ __forceinline__ void trade_one_way(int c_r, int& q_r, int c_d, int& q_d, int lane) {
-  const int pull = min(max(0, c_r - q_r), max(0, q_d - c_d));
-  const int give = max(0, q_r - c_r);
-  const int delta = min(__reduce_add_sync(PlanConfig::kFullMask, pull),
-                        __reduce_add_sync(PlanConfig::kFullMask, give));
-  if (delta <= 0) return;
-  const int pull_incl = warp_inclusive_scan(pull, lane);
-  const int give_incl = warp_inclusive_scan(give, lane);
-  const int take = min(pull, max(0, delta - (pull_incl - pull)));
-  const int release = min(give, max(0, delta - (give_incl - give)));
-  q_r += take - release;
-  q_d += release - take;
+// Greedy fill in sorted order (chunk 0's lanes, then chunk 1's): item i keeps
+// min(x_i, max(0, delta - Σ_{j<i} x_j)).
+__device__ __forceinline__ void greedy_fill(int (&x)[kRepairChunks], int delta, int chunks,
+                                            int lane) {
+  int carry = 0;
+#pragma unroll
+  for (int k = 0; k < kRepairChunks; ++k) {
+    if (k < chunks) {
+      const int incl = warp_inclusive_scan(x[k], lane);
+      x[k] = min(x[k], max(0, delta - (carry + incl - x[k])));
+      carry += __shfl_sync(PlanConfig::kFullMask, incl, 31);
+    }
+  }
 }
 
-__device__ void trade_pair_small(const State& st, const SortedLane& lane_b, int a, int d,
-                                 int lane) {
-  const int ia = lane_b.host_index(a);
-  const int id = lane_b.host_index(d);
-  const bool shared = ia >= 0 && id >= 0;
-  if (!__any_sync(PlanConfig::kFullMask, shared)) return;
-  int ca = 0, qa = 0, cd = 0, qd = 0;
-  if (shared) {
-    ca = st.own[ia];
-    qa = st.quota[ia];
-    cd = st.own[id];
-    qd = st.quota[id];
+// One direction: the receiver (own routes c_r, quota q_r) trades with the donor (c_d, q_d).
+// Items that are not shared broadcasts hold zeros, so they neither pull nor give.
+__device__ __forceinline__ void trade_one_way(const int (&c_r)[kRepairChunks],
+                                              int (&q_r)[kRepairChunks],
+                                              const int (&c_d)[kRepairChunks],
+                                              int (&q_d)[kRepairChunks], int chunks, int lane) {
+  int pull[kRepairChunks];
+  int give[kRepairChunks];
+  int my_pull = 0;
+  int my_give = 0;
+#pragma unroll
+  for (int k = 0; k < kRepairChunks; ++k) {
+    pull[k] = min(max(0, c_r[k] - q_r[k]), max(0, q_d[k] - c_d[k]));
+    give[k] = max(0, q_r[k] - c_r[k]);
+    my_pull += pull[k];
+    my_give += give[k];
   }
-  const int qa0 = qa;
-  const int qd0 = qd;
-  trade_one_way(ca, qa, cd, qd, lane);  // receiver a, donor d
-  trade_one_way(cd, qd, ca, qa, lane);  // receiver d, donor a
-  if (shared && (qa != qa0 || qd != qd0)) {
-    st.quota[ia] = qa;
-    st.quota[id] = qd;
+  const int sum_pull = __reduce_add_sync(PlanConfig::kFullMask, my_pull);
+  const int sum_give = __reduce_add_sync(PlanConfig::kFullMask, my_give);
+  const int delta = min(sum_pull, sum_give);
+  if (delta <= 0) return;
+  // The side whose total equals delta is taken whole; only the other needs the greedy fill.
+  if (delta < sum_pull) greedy_fill(pull, delta, chunks, lane);
+  if (delta < sum_give) greedy_fill(give, delta, chunks, lane);
+#pragma unroll
+  for (int k = 0; k < kRepairChunks; ++k) {
+    q_r[k] += pull[k] - give[k];
+    q_d[k] += give[k] - pull[k];
+  }
+}
+
+__device__ __forceinline__ void trade_pair_registers(const State& st,
+                                                     const SortedLane (&lanes)[kRepairChunks],
+                                                     int chunks, int a, int d, int lane) {
+  int ia[kRepairChunks], id[kRepairChunks];
+  int ca[kRepairChunks], qa[kRepairChunks], cd[kRepairChunks], qd[kRepairChunks];
+  bool any = false;
+#pragma unroll
+  for (int k = 0; k < kRepairChunks; ++k) {
+    ia[k] = lanes[k].host_index(a);
+    id[k] = lanes[k].host_index(d);
+    if (id[k] < 0) ia[k] = -1;
+    any |= ia[k] >= 0;
+  }
+  if (!__any_sync(PlanConfig::kFullMask, any)) return;  // the pair shares no broadcast
+#pragma unroll
+  for (int k = 0; k < kRepairChunks; ++k) {
+    const bool shared = ia[k] >= 0;
+    ca[k] = shared ? st.own[ia[k]] : 0;
+    qa[k] = shared ? st.quota[ia[k]] : 0;
+    cd[k] = shared ? st.own[id[k]] : 0;
+    qd[k] = shared ? st.quota[id[k]] : 0;
+  }
+  int qa0[kRepairChunks];
+#pragma unroll
+  for (int k = 0; k < kRepairChunks; ++k) qa0[k] = qa[k];
+  trade_one_way(ca, qa, cd, qd, chunks, lane);  // receiver a, donor d
+  trade_one_way(cd, qd, ca, qa, chunks, lane);  // receiver d, donor a
+#pragma unroll
+  for (int k = 0; k < kRepairChunks; ++k) {
+    if (ia[k] >= 0 && qa[k] != qa0[k]) {  // a pair's quotas change together (sum is kept)
+      st.quota[ia[k]] = qa[k];
+      st.quota[id[k]] = qd[k];
+    }
   }
 }
 
 }  // namespace plan_detail
 
-__global__ void __launch_bounds__(PlanConfig::kThreads, 1) plan_kernel(const PlanParams p) {
+__global__ void __launch_bounds__(PlanConfig::kThreads, 1)
+    plan_kernel(const PlanParams p, const PlanSmem lay) {
   using namespace plan_detail;
   extern __shared__ int32_t smem[];
   const int tid = threadIdx.x;
@@ -518,7 +597,6 @@ __global__ void __launch_bounds__(PlanConfig::kThreads, 1) plan_kernel(const Pla
   st.num_levels = p.num_levels;
   st.max_broadcasts = p.max_broadcasts;
   st.quota_cap = st.P * st.S + p.max_broadcasts;
-  const PlanSmem lay = PlanSmem::make(st.P, st.E, st.C, p.max_broadcasts, st.S);
   st.hist = smem + lay.hist;
   st.expert_broadcast = smem + lay.expert_broadcast;
   st.candidates = smem + lay.candidates;
@@ -529,6 +607,7 @@ __global__ void __launch_bounds__(PlanConfig::kThreads, 1) plan_kernel(const Pla
   st.next_candidate = smem + lay.next_candidate;
   st.frozen = smem + lay.frozen;
   st.prefix = reinterpret_cast<uint32_t*>(smem + lay.prefix);
+  st.share = smem + lay.share;
   st.used = reinterpret_cast<uint32_t*>(smem + lay.used);
   st.b_expert = smem + lay.b_expert;
   st.b_owner = smem + lay.b_owner;
@@ -555,98 +634,78 @@ __global__ void __launch_bounds__(PlanConfig::kThreads, 1) plan_kernel(const Pla
   __shared__ unsigned long long total_routes;  // 64-bit: checked before any int32 use
   if (tid < 8) st.scalars[tid] = 0;
   if (tid == 0) total_routes = 0;
+#pragma unroll 1
   for (int r = tid; r < P; r += PlanConfig::kThreads) {
     st.recv_used[r] = 0;
     st.send_used[r] = 0;
     st.next_candidate[r] = 0;
     st.frozen[r] = 0;
   }
-  __syncthreads();
+#pragma unroll 1
   for (int e = tid; e < E; e += PlanConfig::kThreads) {
     st.hist[e] = 0;
     st.expert_broadcast[e] = -1;
   }
   __syncthreads();
-  // hist: every count loaded once, coalesced, kInFlight independent loads per thread at a time
-  // (a column-per-thread loop would chain P dependent global loads), added with smem atomics.
+  // hist: column sums in registers. Thread t sums vector column t % cols over the rows
+  // t / cols, + slices, ...: every count is loaded once, coalesced along the rows, with several
+  // independent loads in flight per thread; one shared atomic per column and slice.
   bool bad = false;
   long long partial = 0;
-  auto accumulate = [&](int i, int c) {
-    bad |= c < 0 || c > p.max_count;
-    partial += c;
-    if (c != 0) atomicAdd(&st.hist[i % E], c);
-  };
-  constexpr int kInFlight = PlanConfig::kLoadsInFlight;
-  const int n = P * E;
-  if ((n & 3) == 0 && (reinterpret_cast<uintptr_t>(counts) & 15) == 0) {
-    const int4* counts4 = reinterpret_cast<const int4*>(counts);
-    const int n4 = n >> 2;
-    for (int base = 0; base < n4; base += PlanConfig::kThreads * kInFlight) {
-      int4 c[kInFlight];
-#pragma unroll
-      for (int u = 0; u < kInFlight; ++u) {
-        const int j = base + u * PlanConfig::kThreads + tid;
-        c[u] = j < n4 ? __ldg(counts4 + j) : make_int4(0, 0, 0, 0);
-      }
-#pragma unroll
-      for (int u = 0; u < kInFlight; ++u) {
-        const int j = base + u * PlanConfig::kThreads + tid;
-        if (j < n4) {
-          accumulate(4 * j, c[u].x);
-          accumulate(4 * j + 1, c[u].y);
-          accumulate(4 * j + 2, c[u].z);
-          accumulate(4 * j + 3, c[u].w);
-        }
-      }
-    }
+  if ((E & 3) == 0 && (reinterpret_cast<uintptr_t>(counts) & 15) == 0) {
+    column_sums<int4>(counts, P, E, p.max_count, st.hist, bad, partial, tid);
   } else {
-    for (int base = 0; base < n; base += PlanConfig::kThreads * kInFlight) {
-      int c[kInFlight];
-#pragma unroll
-      for (int u = 0; u < kInFlight; ++u) {
-        const int i = base + u * PlanConfig::kThreads + tid;
-        c[u] = i < n ? __ldg(counts + i) : 0;
-      }
-#pragma unroll
-      for (int u = 0; u < kInFlight; ++u) {
-        const int i = base + u * PlanConfig::kThreads + tid;
-        if (i < n) accumulate(i, c[u]);
-      }
-    }
+    column_sums<int>(counts, P, E, p.max_count, st.hist, bad, partial, tid);
   }
   // Column sums fit int32 (c <= max_count, P <= 72); the total is checked in 64 bits so that
   // every later int32 quantity (loads, room, T * P, packed keys < 2^32) fits.
-  if (partial != 0) atomicAdd(&total_routes, static_cast<unsigned long long>(partial));
+  // NOTE: without a bad count a thread's partial is <= 72 * 4 * 2^18 < 2^27, so a warp's sum
+  // fits 32 bits (with one, the plan is rejected whatever the total).
+  const unsigned warp_partial =
+      __reduce_add_sync(PlanConfig::kFullMask, static_cast<unsigned>(partial));
+  if (lane == 0 && warp_partial != 0) {
+    atomicAdd(&total_routes, static_cast<unsigned long long>(warp_partial));
+  }
   __syncthreads();
   bad |= total_routes > static_cast<unsigned long long>(P) * p.max_count;
   if (__syncthreads_or(bad)) {
     if (tid == 0) st.scalars[kStatusWord] = kGpuBadCounts;
   }
-  if (tid == 0) st.scalars[kTotalWord] = static_cast<int>(total_routes);
+  if (tid == 0) {
+    const int total = static_cast<int>(total_routes);
+    st.scalars[kTotalWord] = total;
+    st.scalars[kTargetWord] = total / P + (total % P != 0 ? 1 : 0);
+  }
+  // Per owner (one warp each): its home load, and its candidates = its first C home experts by
+  // (hist desc, id asc), found by C warp-argmax rounds, each the best below the previous pick.
+#pragma unroll 1
   for (int o = warp; o < P; o += PlanConfig::kWarps) {
+    const int32_t* home = st.hist + o * H;
     int sum = 0;
-    for (int i = lane; i < H; i += 32) sum += st.hist[o * H + i];
+#pragma unroll 1
+    for (int i = lane; i < H; i += 32) sum += home[i];
     sum = __reduce_add_sync(PlanConfig::kFullMask, sum);
     if (lane == 0) {
       st.load[o] = sum;
       st.home_load[o] = sum;
     }
-  }
-  // Candidates: rank of each home expert among its owner's by (hist desc, id asc).
-  for (int e = tid; e < E; e += PlanConfig::kThreads) {
-    const int o = e / H;
-    const int h = st.hist[e];
-    int rank = 0;
-#pragma unroll 8
-    for (int e2 = o * H; e2 < (o + 1) * H; ++e2) {
-      const int h2 = st.hist[e2];
-      rank += (h2 > h || (h2 == h && e2 < e)) ? 1 : 0;
+    unsigned prev_h = 0xffffffffu;  // hist >= 0 whenever the plan is used
+    int prev_i = -1;
+#pragma unroll 1
+    for (int c = 0; c < C; ++c) {
+      unsigned best_h = 0;
+      int best_i = H;  // none
+#pragma unroll 1
+      for (int i = lane; i < H; i += 32) {  // ascending i: a strict > keeps the lowest id
+        const unsigned h = static_cast<unsigned>(home[i]);
+        const bool below = h < prev_h || (h == prev_h && i > prev_i);
+        if (below && (best_i == H || h > best_h)) best_h = h, best_i = i;
+      }
+      prev_h = __reduce_max_sync(PlanConfig::kFullMask, best_i < H ? best_h : 0u);
+      prev_i =
+          __reduce_min_sync(PlanConfig::kFullMask, best_i < H && best_h == prev_h ? best_i : H);
+      if (lane == 0) st.candidates[o * C + c] = o * H + min(prev_i, H - 1);
     }
-    if (rank < C) st.candidates[o * C + rank] = e;
-  }
-  if (tid == 0) {
-    const int total = st.scalars[kTotalWord];
-    st.scalars[kTargetWord] = total / P + (total % P != 0 ? 1 : 0);
   }
   __syncthreads();
   const int T = st.scalars[kTargetWord];
@@ -666,13 +725,16 @@ __global__ void __launch_bounds__(PlanConfig::kThreads, 1) plan_kernel(const Pla
   stamp(2);
 
   // ---- repair prep and stage 6 (transport modes), all threads --------------------------------
+#pragma unroll 1
   for (int b = warp; b < B; b += PlanConfig::kWarps) {
     const int entries = st.b_size[b] + (st.owner_in_group(b) ? 0 : 1);
+#pragma unroll 1
     for (int i = lane; i < entries; i += 32) {
       const int r = i < st.b_size[b] ? st.b_begin[b] + i : st.b_owner[b];
       st.own[st.b_quota_offset[b] + i] = counts[static_cast<int64_t>(r) * E + st.b_expert[b]];
     }
   }
+#pragma unroll 1
   for (int b = tid; b < B; b += PlanConfig::kThreads) {
     const int expert = st.b_expert[b];
     const int begin = st.b_begin[b];
@@ -682,6 +744,7 @@ __global__ void __launch_bounds__(PlanConfig::kThreads, 1) plan_kernel(const Pla
     int rank = 0;
     bool pure = true;
     bool coarsest = true;
+#pragma unroll 1
     for (int b2 = 0; b2 < B; ++b2) {
       const int e2 = st.b_expert[b2];
       rank += (e2 < expert || (e2 == expert && b2 < b)) ? 1 : 0;
@@ -706,39 +769,52 @@ __global__ void __launch_bounds__(PlanConfig::kThreads, 1) plan_kernel(const Pla
     const int seats = P + (P & 1);  // odd P: seat P is the bye
     const int ring_size = seats - 1;
     const int num_pairs = seats / 2;
-    SortedLane lane_b;
-    if (B <= 32 && lane < B) {
-      const int b = st.order[lane];
-      lane_b = {st.b_begin[b], st.b_size[b], st.b_owner[b], st.b_quota_offset[b], true};
+    // Only the warps that own pairs take part; they meet at a named barrier per phase.
+    const int repair_warps = min(num_pairs, PlanConfig::kWarps);
+    const int chunks = (B + 31) / 32;
+    const bool in_registers = chunks <= kRepairChunks;
+    SortedLane lanes[kRepairChunks];
+#pragma unroll
+    for (int k = 0; k < kRepairChunks; ++k) {
+      const int sorted = k * 32 + lane;
+      if (in_registers && sorted < B) {
+        const int b = st.order[sorted];
+        lanes[k] = {st.b_begin[b], st.b_size[b], st.b_owner[b], st.b_quota_offset[b], true};
+      }
     }
-    for (int phase = 0; phase < 2 * ring_size; ++phase) {
+#pragma unroll 1
+    for (int phase = 0; phase < 2 * ring_size && warp < repair_warps; ++phase) {
       const int rot = phase % ring_size;
       // ring after `rot` right rotations of [1 .. seats-1]: ring[i] = 1 + (i - rot) mod n.
       auto ring = [&](int i) { return 1 + (i - rot + ring_size) % ring_size; };
+#pragma unroll 1
       for (int w = warp; w < num_pairs; w += PlanConfig::kWarps) {
         const int a = w == 0 ? 0 : ring(w);
         const int d = w == 0 ? ring(0) : ring(seats - 1 - w);
         if (a >= P || d >= P) continue;
-        if (B <= 32) {
-          trade_pair_small(st, lane_b, a, d, lane);
+        if (in_registers) {
+          trade_pair_registers(st, lanes, chunks, a, d, lane);
         } else {
           trade(st, B, a, d, lane);
           __syncwarp();
           trade(st, B, d, a, lane);
         }
       }
-      __syncthreads();
+      named_barrier(1, repair_warps * 32);
     }
   }
+  __syncthreads();
   stamp(4);
 
   // ---- output: quotas and rewrite tables (one warp per broadcast), invariant checks ---------
+#pragma unroll 1
   for (int b = warp; b < B; b += PlanConfig::kWarps) {
     const int expert = st.b_expert[b];
     int supply_carry = 0;
     int demand_carry = 0;
     int quota_sum = 0;
     bool broken = false;
+#pragma unroll 1
     for (int base = 0; base < P; base += 32) {
       const int r = base + lane;
       int c = 0;
@@ -782,39 +858,20 @@ __global__ void __launch_bounds__(PlanConfig::kThreads, 1) plan_kernel(const Pla
     plan[GpuPlanLayout::kNumSlots] = st.S;
     plan[GpuPlanLayout::kMaxBroadcasts] = p.max_broadcasts;
   }
+#pragma unroll 1
   for (int r = tid; r < P; r += PlanConfig::kThreads) {
     plan[out.loads() + r] = status == 0 ? st.load[r] : st.home_load[r];
   }
+  const int field_stride = lay.b_owner - lay.b_expert;
+#pragma unroll 1
   for (int i = tid; i < num_out * GpuPlanLayout::kBroadcastWords; i += PlanConfig::kThreads) {
+    // NOTE: b_expert .. b_mode are consecutive equal-stride arrays in BroadcastField order.
     const int b = i / GpuPlanLayout::kBroadcastWords;
-    int v = 0;
-    switch (i % GpuPlanLayout::kBroadcastWords) {
-      case GpuPlanLayout::kExpert:
-        v = st.b_expert[b];
-        break;
-      case GpuPlanLayout::kOwner:
-        v = st.b_owner[b];
-        break;
-      case GpuPlanLayout::kLevel:
-        v = st.b_level[b];
-        break;
-      case GpuPlanLayout::kGroupBegin:
-        v = st.b_begin[b];
-        break;
-      case GpuPlanLayout::kGroupSize:
-        v = st.b_size[b];
-        break;
-      case GpuPlanLayout::kHelper:
-        v = st.b_helper[b];
-        break;
-      case GpuPlanLayout::kMode:
-        v = st.b_mode[b];
-        break;
-      default:
-        break;
-    }
+    const int field = i % GpuPlanLayout::kBroadcastWords;
+    const int v = field <= GpuPlanLayout::kMode ? st.b_expert[field * field_stride + b] : 0;
     plan[out.broadcasts() + i] = v;
   }
+#pragma unroll 1
   for (int e = tid; e < E; e += PlanConfig::kThreads) {
     plan[out.expert_broadcast() + e] = status == 0 ? st.expert_broadcast[e] : -1;
   }

@@ -27,27 +27,35 @@ struct RewriteConfig {
 
 namespace rewrite_detail {
 
-// Slot of the ordinal-th route of broadcast b's expert at source rank s.
-__device__ __forceinline__ int broadcast_slot(const int32_t* plan, const GpuPlanLayout& lay,
-                                              const int32_t* counts, int b, int expert, int s,
-                                              int ordinal, int H, int S, bool owner_home) {
-  const int P = lay.num_ranks;
-  const int32_t* rec = plan + lay.broadcasts() + b * GpuPlanLayout::kBroadcastWords;
-  const int owner = rec[GpuPlanLayout::kOwner];
-  const int begin = rec[GpuPlanLayout::kGroupBegin];
-  const int size = rec[GpuPlanLayout::kGroupSize];
-  const int helper = rec[GpuPlanLayout::kHelper];
-  const int c = counts[s * lay.num_experts + expert];
-  const int q = plan[lay.quotas() + b * P + s];
-  const int diag = min(c, q);
-  const int supply = c - diag;
-  const int supply_begin = plan[lay.supply_begin() + b * P + s];
-  const int32_t* demand_end = plan + lay.demand_end() + b * P;
-  const int before = s > 0 ? demand_end[s - 1] : 0;
-  const int low = min(max(before - supply_begin, 0), supply);  // residual routes to d < s
+// Per-broadcast values of this CTA's source rank s, staged in shared memory once per CTA so the
+// per-route work reads no plan words from global memory (the binary search aside).
+struct BroadcastView {
+  int32_t* expert;
+  int32_t* owner;
+  int32_t* begin;
+  int32_t* size;
+  int32_t* helper;
+  int32_t* diag;          // min(c[s][e], q[s])
+  int32_t* low;           // residual routes of s that go to ranks d < s
+  int32_t* supply_begin;  // residual supply of the ranks before s
+};
+
+// Shared-memory layout (int32 words): warp counts [kWarps][max_broadcasts], expert_broadcast
+// [num_experts], then the BroadcastView arrays [max_broadcasts] each.
+__host__ __device__ inline int rewrite_smem_words(int num_experts, int max_broadcasts) {
+  return RewriteConfig::kWarps * max_broadcasts + num_experts + 8 * max_broadcasts;
+}
+
+// Slot of the ordinal-th route of broadcast b at source rank s (DESIGN §4.5): the residual
+// destinations d < s first, then s itself (diag routes), then d > s.
+__device__ __forceinline__ int broadcast_slot(const BroadcastView& v, const int32_t* demand_end,
+                                              int b, int s, int ordinal, int P, int H, int S,
+                                              bool owner_home) {
+  const int low = v.low[b];
+  const int diag = v.diag[b];
   int dest = s;
   if (ordinal < low || ordinal >= low + diag) {
-    const int target = supply_begin + (ordinal < low ? ordinal : ordinal - diag);
+    const int target = v.supply_begin[b] + (ordinal < low ? ordinal : ordinal - diag);
     int lo = 0;
     int hi = P - 1;
     while (lo < hi) {  // first d with demand_end[d] > target
@@ -60,16 +68,18 @@ __device__ __forceinline__ int broadcast_slot(const int32_t* plan, const GpuPlan
     }
     dest = lo;
   }
-  const bool in_group = dest >= begin && dest < begin + size;
-  if (in_group && !(owner_home && dest == owner)) return dest * (H + S) + H + helper;
-  return owner * (H + S) + (expert - owner * H);  // the owner's home slot
+  const int owner = v.owner[b];
+  const int begin = v.begin[b];
+  const bool in_group = dest >= begin && dest < begin + v.size[b];
+  if (in_group && !(owner_home && dest == owner)) return dest * (H + S) + H + v.helper[b];
+  return owner * (H + S) + (v.expert[b] - owner * H);  // the owner's home slot
 }
 
 }  // namespace rewrite_detail
 
 __global__ void __launch_bounds__(RewriteConfig::kThreads) rewrite_kernel(const RewriteParams p) {
   using namespace rewrite_detail;
-  extern __shared__ int32_t warp_counts[];  // [kWarps][max_broadcasts]
+  extern __shared__ int32_t smem[];
   const int tid = threadIdx.x;
   const int lane = tid & 31;
   const int warp = tid >> 5;
@@ -79,39 +89,79 @@ __global__ void __launch_bounds__(RewriteConfig::kThreads) rewrite_kernel(const 
   const int E = p.num_experts;
   const int H = E / P;
   const int S = p.num_slots;
+  const int max_b = p.max_broadcasts;
   const int global_row = p.first_rank + row;
   const int s = global_row % P;
   const int plan_idx = global_row / P;
   const int32_t* plan = p.plans + static_cast<int64_t>(plan_idx) * p.plan_words;
   const int32_t* counts = p.counts + static_cast<int64_t>(plan_idx) * P * E;
-  const GpuPlanLayout lay{P, E, S, p.max_broadcasts};
+  const GpuPlanLayout lay{P, E, S, max_b};
+
+  // The route ids do not depend on the plan: load them first, beside the plan header.
+  const int32_t* ids = p.topk_ids + static_cast<int64_t>(row) * p.num_routes;
+  const int base = tile * kRouteTile + warp * RewriteConfig::kWarpRoutes;
+  int id[RewriteConfig::kRoutesPerLane];
+#pragma unroll
+  for (int i = 0; i < RewriteConfig::kRoutesPerLane; ++i) {
+    const int idx = base + i * 32 + lane;
+    id[i] = idx < p.num_routes ? __ldg(ids + idx) : -1;
+  }
   const int plan_status = plan[GpuPlanLayout::kStatus];
   const int B = plan_status == 0 ? plan[GpuPlanLayout::kNumBroadcasts] : 0;
   const bool owner_home = (plan[GpuPlanLayout::kFlags] & 1) != 0;
   if (plan_status != 0 && tile == 0 && tid == 0) atomicOr(p.error_word, kGpuPlanNotOk);
 
-  int32_t* my_counts = warp_counts + warp * p.max_broadcasts;
+  int32_t* warp_counts = smem;  // [kWarps][max_b]
+  int32_t* expert_broadcast = smem + RewriteConfig::kWarps * max_b;
+  int32_t* arrays = expert_broadcast + E;
+  const BroadcastView view{arrays,
+                           arrays + max_b,
+                           arrays + 2 * max_b,
+                           arrays + 3 * max_b,
+                           arrays + 4 * max_b,
+                           arrays + 5 * max_b,
+                           arrays + 6 * max_b,
+                           arrays + 7 * max_b};
+  if (B > 0) {
+    for (int e = tid; e < E; e += RewriteConfig::kThreads) {
+      expert_broadcast[e] = plan[lay.expert_broadcast() + e];
+    }
+  }
+  for (int b = tid; b < B; b += RewriteConfig::kThreads) {
+    const int32_t* rec = plan + lay.broadcasts() + b * GpuPlanLayout::kBroadcastWords;
+    const int expert = rec[GpuPlanLayout::kExpert];
+    const int q = plan[lay.quotas() + b * P + s];
+    const int supply_begin = plan[lay.supply_begin() + b * P + s];
+    const int before = s > 0 ? plan[lay.demand_end() + b * P + s - 1] : 0;
+    const int c = counts[s * E + expert];
+    const int diag = min(c, q);
+    view.expert[b] = expert;
+    view.owner[b] = rec[GpuPlanLayout::kOwner];
+    view.begin[b] = rec[GpuPlanLayout::kGroupBegin];
+    view.size[b] = rec[GpuPlanLayout::kGroupSize];
+    view.helper[b] = rec[GpuPlanLayout::kHelper];
+    view.diag[b] = diag;
+    view.low[b] = min(max(before - supply_begin, 0), c - diag);
+    view.supply_begin[b] = supply_begin;
+  }
+  int32_t* my_counts = warp_counts + warp * max_b;
   for (int b = lane; b < B; b += 32) my_counts[b] = 0;
-  __syncwarp();
+  __syncthreads();
 
-  // Pass 1: ids, broadcast of each route, ordinal within the warp's contiguous routes.
-  const int32_t* ids = p.topk_ids + static_cast<int64_t>(row) * p.num_routes;
-  const int base = tile * kRouteTile + warp * RewriteConfig::kWarpRoutes;
+  // Pass 1: broadcast of each route, ordinal within the warp's contiguous routes.
   const unsigned lanes_below = (1u << lane) - 1u;
-  int id[RewriteConfig::kRoutesPerLane];
   int bidx[RewriteConfig::kRoutesPerLane];
   int ordinal[RewriteConfig::kRoutesPerLane];
   bool bad = false;
 #pragma unroll
   for (int i = 0; i < RewriteConfig::kRoutesPerLane; ++i) {
-    const int idx = base + i * 32 + lane;
-    int v = idx < p.num_routes ? ids[idx] : -1;
+    int v = id[i];
     if (v < -1 || v >= E) {
       bad = true;
       v = -1;
     }
     id[i] = v;
-    const int b = (v >= 0 && B > 0) ? plan[lay.expert_broadcast() + v] : -1;
+    const int b = (v >= 0 && B > 0) ? expert_broadcast[v] : -1;
     bidx[i] = b;
     const unsigned peers = __match_any_sync(RewriteConfig::kFullMask, b);
     const int before = b >= 0 ? my_counts[b] : 0;
@@ -126,15 +176,15 @@ __global__ void __launch_bounds__(RewriteConfig::kThreads) rewrite_kernel(const 
   // prefix in place. The lanes load the earlier tiles' counts in parallel: a serial loop would
   // chain up to num_tiles dependent global loads.
   for (int b = warp; b < B; b += RewriteConfig::kWarps) {
-    const int expert = plan[lay.broadcasts() + b * GpuPlanLayout::kBroadcastWords];
+    const int expert = view.expert[b];
     const int32_t* tiles = p.tile_counts + static_cast<int64_t>(row) * p.num_tiles * E + expert;
     int run = 0;
     for (int t = lane; t < tile; t += 32) run += tiles[static_cast<int64_t>(t) * E];
     run = __reduce_add_sync(RewriteConfig::kFullMask, run);
     if (lane == 0) {
       for (int w = 0; w < RewriteConfig::kWarps; ++w) {
-        const int n = warp_counts[w * p.max_broadcasts + b];
-        warp_counts[w * p.max_broadcasts + b] = run;
+        const int n = warp_counts[w * max_b + b];
+        warp_counts[w * max_b + b] = run;
         run += n;
       }
       // The last tile sees every route of the row: they must add up to the counts.
@@ -159,8 +209,8 @@ __global__ void __launch_bounds__(RewriteConfig::kThreads) rewrite_kernel(const 
         const int owner = v / H;
         slot = owner * (H + S) + (v - owner * H);
       } else {
-        slot =
-            broadcast_slot(plan, lay, counts, b, v, s, my_counts[b] + ordinal[i], H, S, owner_home);
+        slot = broadcast_slot(view, plan + lay.demand_end() + b * P, b, s,
+                              my_counts[b] + ordinal[i], P, H, S, owner_home);
       }
     }
     out[idx] = slot;
