@@ -103,15 +103,6 @@ __device__ __forceinline__ int warp_inclusive_scan(int v, int lane) {
   return v;
 }
 
-__device__ __forceinline__ unsigned warp_inclusive_scan_u(unsigned v, int lane) {
-#pragma unroll
-  for (int d = 1; d < 32; d <<= 1) {
-    const unsigned n = __shfl_up_sync(PlanConfig::kFullMask, v, d);
-    if (lane >= d) v += n;
-  }
-  return v;
-}
-
 // Stage 1 column sums of the counts [P][E] into hist (zeroed), V = int or int4 (E % 4 == 0).
 // Thread t sums vector column t % cols over the rows t / cols, + slices, ... in registers.
 template <typename V>
@@ -186,6 +177,39 @@ struct State {
   }
 };
 
+// Stage 2: packed inclusive prefix over ranks of room = max(0, T - L) (owner excluded) and of
+// "no free helper slot" into prefix[1..P]; Σ room <= P * T < 2^25 and Σ flags <= 72 < 2^7, so it
+// fits 32 bits. The K chunks of 32 ranks are scanned together (one scan's latency).
+template <int K>
+__device__ __forceinline__ void room_prefix(const State& st, int o, int T, int lane) {
+  unsigned v[K];
+#pragma unroll
+  for (int k = 0; k < K; ++k) {
+    const int r = 32 * k + lane;
+    v[k] = 0;
+    if (r < st.P) {
+      const int l = st.load[r];
+      const unsigned room = (r != o && l < T) ? static_cast<unsigned>(T - l) : 0u;
+      v[k] = (room << 7) | (st.recv_used[r] >= st.S ? 1u : 0u);
+    }
+  }
+#pragma unroll
+  for (int d = 1; d < 32; d <<= 1) {
+#pragma unroll
+    for (int k = 0; k < K; ++k) {
+      const unsigned n = __shfl_up_sync(PlanConfig::kFullMask, v[k], d);
+      if (lane >= d) v[k] += n;
+    }
+  }
+  unsigned carry = 0;
+#pragma unroll
+  for (int k = 0; k < K; ++k) {
+    const int r = 32 * k + lane;
+    if (r < st.P) st.prefix[r + 1] = carry + v[k];
+    if (k + 1 < K) carry += __shfl_sync(PlanConfig::kFullMask, v[k], 31);
+  }
+}
+
 struct GroupChoice {
   int level = -1;
   int begin = 0;
@@ -198,22 +222,11 @@ struct GroupChoice {
 __device__ GroupChoice choose_group(const State& st, const PlanParams& p, int o, int T, int mass,
                                     int give, int lane) {
   const int P = st.P;
-  // Packed inclusive prefix over ranks of room = max(0, T - L) (owner excluded) and of
-  // "no free helper slot"; Σ room <= P * T < 2^25 and Σ flags <= 72 < 2^7, so it fits 32 bits.
-  unsigned carry = 0;
   if (lane == 0) st.prefix[0] = 0;
-#pragma unroll 1
-  for (int base = 0; base < P; base += 32) {
-    const int r = base + lane;
-    unsigned v = 0;
-    if (r < P) {
-      const int l = st.load[r];
-      const unsigned room = (r != o && l < T) ? static_cast<unsigned>(T - l) : 0u;
-      v = (room << 7) | (st.recv_used[r] >= st.S ? 1u : 0u);
-    }
-    v = warp_inclusive_scan_u(v, lane);
-    if (r < P) st.prefix[r + 1] = carry + v;
-    carry += __shfl_sync(PlanConfig::kFullMask, v, 31);
+  if (P <= 32) {
+    room_prefix<1>(st, o, T, lane);
+  } else {
+    room_prefix<PlanConfig::kRankChunks>(st, o, T, lane);
   }
   __syncwarp();
 
@@ -490,33 +503,21 @@ struct SortedLane {
   }
 };
 
-// Greedy fill in sorted order (chunk 0's lanes, then chunk 1's): item i keeps
-// min(x_i, max(0, delta - Σ_{j<i} x_j)).
-__device__ __forceinline__ void greedy_fill(int (&x)[kRepairChunks], int delta, int chunks,
-                                            int lane) {
-  int carry = 0;
-#pragma unroll
-  for (int k = 0; k < kRepairChunks; ++k) {
-    if (k < chunks) {
-      const int incl = warp_inclusive_scan(x[k], lane);
-      x[k] = min(x[k], max(0, delta - (carry + incl - x[k])));
-      carry += __shfl_sync(PlanConfig::kFullMask, incl, 31);
-    }
-  }
-}
-
-// One direction: the receiver (own routes c_r, quota q_r) trades with the donor (c_d, q_d).
-// Items that are not shared broadcasts hold zeros, so they neither pull nor give.
-__device__ __forceinline__ void trade_one_way(const int (&c_r)[kRepairChunks],
-                                              int (&q_r)[kRepairChunks],
-                                              const int (&c_d)[kRepairChunks],
-                                              int (&q_d)[kRepairChunks], int chunks, int lane) {
-  int pull[kRepairChunks];
-  int give[kRepairChunks];
+// One direction: the receiver (own routes c_r, quota q_r) trades with the donor (c_d, q_d) over
+// K chunks of sorted broadcasts (chunk 0's lanes, then chunk 1's, ...). Items that are not
+// shared broadcasts hold zeros, so they neither pull nor give. Greedy fill in sorted order: item
+// i keeps min(x_i, max(0, delta - Σ_{j<i} x_j)) for x = pull and x = give; a side whose total is
+// delta keeps every item under that formula, so both sides use it without a branch, and their
+// 2K scans are independent (interleaved: one scan's latency, not 2K).
+template <int K>
+__device__ __forceinline__ void trade_one_way(const int (&c_r)[K], int (&q_r)[K],
+                                              const int (&c_d)[K], int (&q_d)[K], int lane) {
+  int pull[K];
+  int give[K];
   int my_pull = 0;
   int my_give = 0;
 #pragma unroll
-  for (int k = 0; k < kRepairChunks; ++k) {
+  for (int k = 0; k < K; ++k) {
     pull[k] = min(max(0, c_r[k] - q_r[k]), max(0, q_d[k] - c_d[k]));
     give[k] = max(0, q_r[k] - c_r[k]);
     my_pull += pull[k];
@@ -526,24 +527,58 @@ __device__ __forceinline__ void trade_one_way(const int (&c_r)[kRepairChunks],
   const int sum_give = __reduce_add_sync(PlanConfig::kFullMask, my_give);
   const int delta = min(sum_pull, sum_give);
   if (delta <= 0) return;
-  // The side whose total equals delta is taken whole; only the other needs the greedy fill.
-  if (delta < sum_pull) greedy_fill(pull, delta, chunks, lane);
-  if (delta < sum_give) greedy_fill(give, delta, chunks, lane);
+  if (delta < sum_pull || delta < sum_give) {  // otherwise both sides are taken whole
+    int pull_incl[K];
+    int give_incl[K];
 #pragma unroll
-  for (int k = 0; k < kRepairChunks; ++k) {
+    for (int k = 0; k < K; ++k) {
+      pull_incl[k] = pull[k];
+      give_incl[k] = give[k];
+    }
+#pragma unroll
+    for (int d = 1; d < 32; d <<= 1) {
+#pragma unroll
+      for (int k = 0; k < K; ++k) {
+        const int np = __shfl_up_sync(PlanConfig::kFullMask, pull_incl[k], d);
+        const int ng = __shfl_up_sync(PlanConfig::kFullMask, give_incl[k], d);
+        if (lane >= d) {
+          pull_incl[k] += np;
+          give_incl[k] += ng;
+        }
+      }
+    }
+    int pull_carry = 0;
+    int give_carry = 0;
+#pragma unroll
+    for (int k = 0; k < K; ++k) {
+      const int pull_before = pull_carry + pull_incl[k] - pull[k];
+      const int give_before = give_carry + give_incl[k] - give[k];
+      if (k + 1 < K) {
+        pull_carry += __shfl_sync(PlanConfig::kFullMask, pull_incl[k], 31);
+        give_carry += __shfl_sync(PlanConfig::kFullMask, give_incl[k], 31);
+      }
+      pull[k] = min(pull[k], max(0, delta - pull_before));
+      give[k] = min(give[k], max(0, delta - give_before));
+    }
+  }
+#pragma unroll
+  for (int k = 0; k < K; ++k) {
     q_r[k] += pull[k] - give[k];
     q_d[k] += give[k] - pull[k];
   }
 }
 
+// Both directions of one pair over the first K chunks of the lane's sorted broadcasts.
+template <int K>
 __device__ __forceinline__ void trade_pair_registers(const State& st,
                                                      const SortedLane (&lanes)[kRepairChunks],
-                                                     int chunks, int a, int d, int lane) {
-  int ia[kRepairChunks], id[kRepairChunks];
-  int ca[kRepairChunks], qa[kRepairChunks], cd[kRepairChunks], qd[kRepairChunks];
+                                                     int a, int d, int lane) {
+  static_assert(K <= kRepairChunks);
+  int ia[K], id[K];
+  int ca[K], qa[K], cd[K], qd[K];
   bool any = false;
 #pragma unroll
-  for (int k = 0; k < kRepairChunks; ++k) {
+  for (int k = 0; k < K; ++k) {
     ia[k] = lanes[k].host_index(a);
     id[k] = lanes[k].host_index(d);
     if (id[k] < 0) ia[k] = -1;
@@ -551,20 +586,20 @@ __device__ __forceinline__ void trade_pair_registers(const State& st,
   }
   if (!__any_sync(PlanConfig::kFullMask, any)) return;  // the pair shares no broadcast
 #pragma unroll
-  for (int k = 0; k < kRepairChunks; ++k) {
+  for (int k = 0; k < K; ++k) {
     const bool shared = ia[k] >= 0;
     ca[k] = shared ? st.own[ia[k]] : 0;
     qa[k] = shared ? st.quota[ia[k]] : 0;
     cd[k] = shared ? st.own[id[k]] : 0;
     qd[k] = shared ? st.quota[id[k]] : 0;
   }
-  int qa0[kRepairChunks];
+  int qa0[K];
 #pragma unroll
-  for (int k = 0; k < kRepairChunks; ++k) qa0[k] = qa[k];
-  trade_one_way(ca, qa, cd, qd, chunks, lane);  // receiver a, donor d
-  trade_one_way(cd, qd, ca, qa, chunks, lane);  // receiver d, donor a
+  for (int k = 0; k < K; ++k) qa0[k] = qa[k];
+  trade_one_way(ca, qa, cd, qd, lane);  // receiver a, donor d
+  trade_one_way(cd, qd, ca, qa, lane);  // receiver d, donor a
 #pragma unroll
-  for (int k = 0; k < kRepairChunks; ++k) {
+  for (int k = 0; k < K; ++k) {
     if (ia[k] >= 0 && qa[k] != qa0[k]) {  // a pair's quotas change together (sum is kept)
       st.quota[ia[k]] = qa[k];
       st.quota[id[k]] = qd[k];
@@ -784,16 +819,24 @@ __global__ void __launch_bounds__(PlanConfig::kThreads, 1)
     }
 #pragma unroll 1
     for (int phase = 0; phase < 2 * ring_size && warp < repair_warps; ++phase) {
-      const int rot = phase % ring_size;
-      // ring after `rot` right rotations of [1 .. seats-1]: ring[i] = 1 + (i - rot) mod n.
-      auto ring = [&](int i) { return 1 + (i - rot + ring_size) % ring_size; };
+      const int rot = phase < ring_size ? phase : phase - ring_size;
+      // ring after `rot` right rotations of [1 .. seats-1]: ring[i] = 1 + (i - rot) mod n, with
+      // 0 <= i <= n and 0 <= rot < n (two conditional subtractions, no division).
+      auto ring = [&](int i) {
+        int x = i - rot + ring_size;
+        x = x >= ring_size ? x - ring_size : x;
+        x = x >= ring_size ? x - ring_size : x;
+        return 1 + x;
+      };
 #pragma unroll 1
       for (int w = warp; w < num_pairs; w += PlanConfig::kWarps) {
         const int a = w == 0 ? 0 : ring(w);
         const int d = w == 0 ? ring(0) : ring(seats - 1 - w);
         if (a >= P || d >= P) continue;
-        if (in_registers) {
-          trade_pair_registers(st, lanes, chunks, a, d, lane);
+        if (chunks == 1) {
+          trade_pair_registers<1>(st, lanes, a, d, lane);
+        } else if (in_registers) {
+          trade_pair_registers<kRepairChunks>(st, lanes, a, d, lane);
         } else {
           trade(st, B, a, d, lane);
           __syncwarp();
