@@ -88,9 +88,14 @@ Choice best_group_at(const Topology& topo, int level, int owner, int32_t target,
 
 }  // namespace
 
-void place_iser(const Topology& topo, const CountMatrix& counts, const HaloQOptions& options,
-                PlannerWorkspace& ws, Plan& plan) {
-  const int32_t T = prepare_loads(topo, counts, ws, plan);
+namespace {
+
+// The room-aware placement with water level W = T + slack (plan.target stays T): owners above W
+// export, members fill up to W.
+void place_room_aware(const Topology& topo, const CountMatrix& counts, const HaloQOptions& options,
+                      int32_t slack_divisor, PlannerWorkspace& ws, Plan& plan) {
+  const int32_t target = prepare_loads(topo, counts, ws, plan);
+  const int32_t T = target + (slack_divisor > 0 ? target / slack_divisor : 0);
   const int P = topo.num_ranks;
   const int H = topo.experts_per_rank();
   const int S = topo.num_slots;
@@ -197,6 +202,13 @@ void place_iser(const Topology& topo, const CountMatrix& counts, const HaloQOpti
   plan.broadcasts.resize(num_broadcasts);
 }
 
+}  // namespace
+
+void place_iser(const Topology& topo, const CountMatrix& counts, const HaloQOptions& options,
+                PlannerWorkspace& ws, Plan& plan) {
+  place_room_aware(topo, counts, options, 0, ws, plan);
+}
+
 namespace {
 
 int32_t max_load(const Plan& plan) {
@@ -215,21 +227,33 @@ int32_t remote_copies(const Plan& plan) {
 
 void plan_iser(const Topology& topo, const CountMatrix& counts, const HaloQOptions& options,
                PlannerWorkspace& ws, Plan& plan) {
-  // Two placements, the better one kept: the room-aware placement above and HALO-Q's own
-  // (which wins on some mild workloads, where its need-based levels spread hot experts wider).
-  // Better = lower max load; ties: fewer remote copies; ties: the room-aware one. Both are
-  // deterministic, so the choice is too; iser is never worse than halo-q in max load.
+  // Candidate placements, the best one kept (lowest max load; ties: fewer remote copies; ties:
+  // the earlier candidate):
+  //  1. the room-aware placement with water level T;
+  //  2. HALO-Q's placement (wins on some mild workloads, where its need-based levels spread hot
+  //     experts wider), so iser is never worse than halo-q in max load;
+  //  3. only when the best so far ends above T + T/64: the room-aware placement with water level
+  //     T + T/64. Members may then exceed T by up to 1/64, which lets one broadcast absorb a
+  //     whole give where slots are scarce (S = 2 under heavy skew).
   place_iser(topo, counts, options, ws, plan);
   HaloQOptions reference = options;
   reference.absorb = false;
   reference.owner_in_group = false;
   place_broadcasts(topo, counts, reference, ws, ws.alternative);
-  const int32_t max_iser = max_load(plan);
-  const int32_t max_ref = max_load(ws.alternative);
-  if (max_ref < max_iser ||
-      (max_ref == max_iser && remote_copies(ws.alternative) < remote_copies(plan))) {
-    std::swap(plan.broadcasts, ws.alternative.broadcasts);
-    std::swap(plan.loads, ws.alternative.loads);
+  auto keep_better = [&] {
+    const int32_t max_kept = max_load(plan);
+    const int32_t max_new = max_load(ws.alternative);
+    if (max_new < max_kept ||
+        (max_new == max_kept && remote_copies(ws.alternative) < remote_copies(plan))) {
+      std::swap(plan.broadcasts, ws.alternative.broadcasts);
+      std::swap(plan.loads, ws.alternative.loads);
+    }
+  };
+  keep_better();
+  constexpr int32_t kSlackDivisor = 64;
+  if (max_load(plan) > plan.target + plan.target / kSlackDivisor) {
+    place_room_aware(topo, counts, options, kSlackDivisor, ws, ws.alternative);
+    keep_better();
   }
   // The owner serves its quota from its home slot: with an expert in two groups the owner may
   // be a member of one, and the home slot needs no READY wait.
