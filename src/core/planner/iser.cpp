@@ -50,36 +50,64 @@ bool overlaps_earlier(const Plan& plan, size_t num_broadcasts, int32_t expert, i
   return false;
 }
 
-// The eligible group of `level` that absorbs the most of `give` (min(room, give)); ties: fewer
-// cold members (each burns a scarce receiving slot), then the lowest first rank. Groups meeting
-// an earlier group of the same expert are skipped.
-Choice best_group_at(const Topology& topo, int level, int owner, int32_t target, int32_t give,
-                     const std::vector<int32_t>& loads, const PlannerWorkspace& ws,
-                     const Plan& plan, size_t num_broadcasts, int32_t expert, bool exported) {
-  const int size = topo.group_size(level);
+// Room, cold members and eligibility of every aligned group, for the current loads: the finest
+// groups are scanned once and coarser groups add up their two halves (aligned groups nest).
+// Layout: level l's groups start at index 2^l − 1. The owner (above W) adds no room and is not
+// cold, so no group needs to exclude it explicitly.
+void tally_groups(const Topology& topo, int32_t water, const std::vector<int32_t>& loads,
+                  PlannerWorkspace& ws) {
+  const int finest = topo.num_levels() - 1;
+  const int size = topo.group_size(finest);
+  const int num_finest = topo.num_groups(finest);
   const int S = topo.num_slots;
-  Choice best{level, 0, -1};
-  int32_t best_absorbed = 0;
-  int best_cold = 0;
-  for (int begin = 0; begin < topo.num_ranks; begin += size) {
+  const size_t entries = 2 * static_cast<size_t>(num_finest) - 1;
+  ws.group_room.resize(entries);
+  ws.group_cold.resize(entries);
+  for (int g = 0; g < num_finest; ++g) {
     int32_t room = 0;
-    int cold = 0;
+    int32_t cold = 0;
     bool eligible = true;
-    for (int m = begin; m < begin + size; ++m) {
-      if (ws.recv_used[m] >= S) {
-        eligible = false;
-        break;
-      }
-      if (m != owner && loads[m] < target) {
-        room += target - loads[m];
+    for (int m = g * size; m < (g + 1) * size; ++m) {
+      eligible = eligible && ws.recv_used[m] < S;
+      if (loads[m] < water) {
+        room += water - loads[m];
         ++cold;
       }
     }
-    if (!eligible || room <= 0) continue;
+    // NOTE: cold = -1 marks an ineligible group (some member has no free helper slot).
+    ws.group_room[num_finest - 1 + g] = room;
+    ws.group_cold[num_finest - 1 + g] = eligible ? cold : -1;
+  }
+  for (int level = finest - 1; level >= 0; --level) {
+    const int first = (1 << level) - 1;
+    const int child = (1 << (level + 1)) - 1;
+    for (int g = 0; g < (1 << level); ++g) {
+      const int32_t cold_a = ws.group_cold[child + 2 * g];
+      const int32_t cold_b = ws.group_cold[child + 2 * g + 1];
+      ws.group_room[first + g] = ws.group_room[child + 2 * g] + ws.group_room[child + 2 * g + 1];
+      ws.group_cold[first + g] = cold_a < 0 || cold_b < 0 ? -1 : cold_a + cold_b;
+    }
+  }
+}
+
+// The eligible group of `level` that absorbs the most of `give` (min(room, give)); ties: fewer
+// cold members (each burns a scarce receiving slot), then the lowest first rank. Groups meeting
+// an earlier group of the same expert are skipped.
+Choice best_group_at(const Topology& topo, int level, int32_t give, const PlannerWorkspace& ws,
+                     const Plan& plan, size_t num_broadcasts, int32_t expert, bool exported) {
+  const int size = topo.group_size(level);
+  const int first = (1 << level) - 1;
+  Choice best{level, 0, -1};
+  int32_t best_absorbed = 0;
+  int32_t best_cold = 0;
+  for (int g = 0; g < (1 << level); ++g) {
+    const int32_t room = ws.group_room[first + g];
+    const int32_t cold = ws.group_cold[first + g];
+    if (cold < 0 || room <= 0) continue;
     const int32_t absorbed = std::min(room, give);
     if (absorbed < best_absorbed || (absorbed == best_absorbed && cold >= best_cold)) continue;
-    if (exported && overlaps_earlier(plan, num_broadcasts, expert, begin, size)) continue;
-    best = {level, begin, room};
+    if (exported && overlaps_earlier(plan, num_broadcasts, expert, g * size, size)) continue;
+    best = {level, g * size, room};
     best_absorbed = absorbed;
     best_cold = cold;
   }
@@ -92,9 +120,9 @@ namespace {
 
 // The room-aware placement with water level W = T + slack (plan.target stays T): owners above W
 // export, members fill up to W.
-void place_room_aware(const Topology& topo, const CountMatrix& counts, const HaloQOptions& options,
-                      int32_t slack_divisor, PlannerWorkspace& ws, Plan& plan) {
-  const int32_t target = prepare_loads(topo, counts, ws, plan);
+void place_room_aware(const Topology& topo, const HaloQOptions& options, int32_t slack_divisor,
+                      PlannerWorkspace& ws, Plan& plan) {
+  const int32_t target = plan.target;
   const int32_t T = target + (slack_divisor > 0 ? target / slack_divisor : 0);
   const int P = topo.num_ranks;
   const int H = topo.experts_per_rank();
@@ -138,9 +166,10 @@ void place_room_aware(const Topology& topo, const CountMatrix& counts, const Hal
     // Level choice: the finest level absorbing >= 7/8 of the best absorbable amount.
     Choice per_level[32];
     int32_t best_absorbed = 0;
+    tally_groups(topo, T, L, ws);
     for (int level = 0; level < num_levels; ++level) {
       per_level[level] =
-          best_group_at(topo, level, o, T, give, L, ws, plan, num_broadcasts, e, latest[e] >= 0);
+          best_group_at(topo, level, give, ws, plan, num_broadcasts, e, latest[e] >= 0);
       best_absorbed = std::max(best_absorbed, std::min(per_level[level].room, give));
     }
     if (best_absorbed <= 0) {
@@ -206,7 +235,8 @@ void place_room_aware(const Topology& topo, const CountMatrix& counts, const Hal
 
 void place_iser(const Topology& topo, const CountMatrix& counts, const HaloQOptions& options,
                 PlannerWorkspace& ws, Plan& plan) {
-  place_room_aware(topo, counts, options, 0, ws, plan);
+  prepare_loads(topo, counts, ws, plan);
+  place_room_aware(topo, options, 0, ws, plan);
 }
 
 namespace {
@@ -235,11 +265,22 @@ void plan_iser(const Topology& topo, const CountMatrix& counts, const HaloQOptio
   //  3. only when the best so far ends above T + T/64: the room-aware placement with water level
   //     T + T/64. Members may then exceed T by up to 1/64, which lets one broadcast absorb a
   //     whole give where slots are scarce (S = 2 under heavy skew).
-  place_iser(topo, counts, options, ws, plan);
+  // Counts are checked and hist / home loads computed once; each candidate starts from them.
+  prepare_loads(topo, counts, ws, plan);
+  ws.home_loads = plan.loads;
+  auto start_alternative = [&] {
+    ws.alternative.num_ranks = plan.num_ranks;
+    ws.alternative.num_experts = plan.num_experts;
+    ws.alternative.num_slots = plan.num_slots;
+    ws.alternative.target = plan.target;
+    ws.alternative.loads = ws.home_loads;
+  };
+  place_room_aware(topo, options, 0, ws, plan);
   HaloQOptions reference = options;
   reference.absorb = false;
   reference.owner_in_group = false;
-  place_broadcasts(topo, counts, reference, ws, ws.alternative);
+  start_alternative();
+  place_prepared(topo, reference, ws, ws.alternative);
   auto keep_better = [&] {
     const int32_t max_kept = max_load(plan);
     const int32_t max_new = max_load(ws.alternative);
@@ -252,7 +293,8 @@ void plan_iser(const Topology& topo, const CountMatrix& counts, const HaloQOptio
   keep_better();
   constexpr int32_t kSlackDivisor = 64;
   if (max_load(plan) > plan.target + plan.target / kSlackDivisor) {
-    place_room_aware(topo, counts, options, kSlackDivisor, ws, ws.alternative);
+    start_alternative();
+    place_room_aware(topo, options, kSlackDivisor, ws, ws.alternative);
     keep_better();
   }
   // The owner serves its quota from its home slot: with an expert in two groups the owner may
