@@ -12,13 +12,16 @@
 //     (hist minus what earlier broadcasts moved; ties: smaller id), over all H home experts, not
 //     a fixed top-min(S, H) list. A very hot expert can therefore be exported again, to a group
 //     disjoint from its earlier groups (the owner sends it once per broadcast; still <= S).
-//  2. Level: no need-based starting level. For every level, the eligible group with the most
-//     room (ties: lowest first rank) absorbs a = min(room, give); among levels, the finest one
-//     whose a reaches 7/8 of the best a is taken. The 1/8 slack prices slots: a coarser group
-//     costs a helper slot on every member, so it must absorb clearly more.
+//  2. Level: no need-based starting level. For every level, the eligible group absorbing the
+//     most, a = min(room, give) (ties: fewer cold members, whose receiving slots are the scarce
+//     resource; then the lowest first rank); among levels, the finest one whose a reaches 7/8 of
+//     the best a is taken. The 1/8 slack prices slots: a coarser group costs a helper slot on
+//     every member, so it must absorb clearly more.
 //  3. A candidate for which no group has room is marked spent (the owner tries its next one)
 //     instead of freezing the owner; the owner freezes when it has no candidate or no export
 //     left.
+//  4. plan_iser keeps the best of up to three candidate placements (see there): this one, HALO-Q's,
+//     and this one at water level T + T/64.
 // Quota bookkeeping for an expert broadcast k times: the owner's remaining share sits in the
 // latest broadcast of that expert (earlier ones then hold 0 for the owner); members of each
 // broadcast hold what they took. Σ quotas = hist[e] per expert.
