@@ -103,38 +103,6 @@ int main(int argc, char** argv) {
           const auto result = policy->plan(counts);
           iser::check_plan(topo, counts, result.plan, policy->validation());
           const auto m = iser::measure_invocation(topo, counts, result);
-          if (std::getenv("EVAL_DEBUG") && name == "iser" && m.r_after > 1.02) {
-            const auto& pl = result.plan;
-            const int H = topo.experts_per_rank();
-            const auto hist = counts.histogram();
-            std::vector<int> used(ranks, 0), sent(ranks, 0);
-            for (const auto& b : pl.broadcasts) {
-              sent[b.owner]++;
-              for (int r = b.group_begin; r < b.group_begin + b.group_size; ++r) used[r]++;
-            }
-            fmt::print("T={} R={:.4f} B={}\n", pl.target, m.r_after, pl.broadcasts.size());
-            for (int r = 0; r < ranks; ++r) {
-              if (pl.loads[r] > pl.target) {
-                fmt::print("  hot rank {} L={} ({:+.3f}T) sent={} used={} experts:", r, pl.loads[r],
-                           (pl.loads[r] - pl.target) / double(pl.target), sent[r], used[r]);
-                for (int e = r * H; e < (r + 1) * H; ++e) fmt::print(" {}", hist[e]);
-                fmt::print("\n");
-              }
-            }
-            int free_cold = 0;
-            int64_t cold_room = 0;
-            for (int r = 0; r < ranks; ++r)
-              if (pl.loads[r] < pl.target) {
-                cold_room += pl.target - pl.loads[r];
-                if (used[r] < S) free_cold++;
-              }
-            fmt::print("  cold room {} ({:.2f}T), cold ranks with free slot {}\n", cold_room,
-                       cold_room / double(pl.target), free_cold);
-            for (const auto& b : pl.broadcasts)
-              fmt::print("  b e{} o{} L{} [{},{}) moved {}\n", b.expert, b.owner, b.level,
-                         b.group_begin, b.group_begin + b.group_size,
-                         hist[b.expert] - b.quota[b.owner]);
-          }
           r_before += m.r_before;
           r_after += m.r_after;
           r_max = std::max(r_max, m.r_after);

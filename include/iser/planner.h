@@ -59,6 +59,9 @@ struct PlannerWorkspace {
   std::vector<int32_t> host_begin;      // [P + 1] CSR of broadcasts hosted per rank (repair)
   std::vector<int32_t> host_list;       // [Σ hosts]
   std::vector<uint64_t> host_bits;      // [P * ceil(B/64)] hosted broadcasts per rank (repair)
+  std::vector<int32_t> group_room;      // iser: room per aligned group (all levels)
+  std::vector<int32_t> group_cold;      // iser: cold members per group, -1 = ineligible
+  std::vector<int32_t> home_loads;      // iser: home loads shared by its candidate placements
   Plan alternative;                     // iser: the second placement it compares against
   std::vector<int32_t> repair;          // repair: own routes, quotas, spare counts, pairs
 };

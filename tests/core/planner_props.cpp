@@ -99,15 +99,18 @@ RC_GTEST_PROP(PlannerProps, IserPlansValidateAndNeverLoseToTheReference, ()) {
   if (!violations.empty()) RC_FAIL(violations[0]);
   RC_ASSERT(plan.owner_uses_home_slot);
   // Broadcasts of one expert use pairwise disjoint groups.
+  bool twice = false;
   for (size_t i = 0; i < plan.broadcasts.size(); ++i) {
     for (size_t j = i + 1; j < plan.broadcasts.size(); ++j) {
       const Broadcast& x = plan.broadcasts[i];
       const Broadcast& y = plan.broadcasts[j];
       if (x.expert != y.expert) continue;
+      twice = true;
       RC_ASSERT(x.group_begin + x.group_size <= y.group_begin ||
                 y.group_begin + y.group_size <= x.group_begin);
     }
   }
+  RC_CLASSIFY(twice, "an expert exported twice");
   check_rewrite(c, plan);
   // Max load never above the reference's (iser keeps the better of two placements).
   const Plan ref = plan_halo_q(c.topo, c.counts, options);

@@ -5,6 +5,7 @@
 // Global slot id = r·(H+S) + local slot (home [0,H), helper H+h).
 #include <gtest/gtest.h>
 
+#include <algorithm>
 #include <vector>
 
 #include "iser/planner.h"
@@ -285,6 +286,99 @@ TEST(HaloQGolden, OddRanksUseAByeSeat) {
   repair_quotas(topo, counts, plan, ws);
   EXPECT_EQ(plan.broadcasts[0].quota, (std::vector<int32_t>{0, 0, 10}));
   EXPECT_EQ(plan.broadcasts[1].quota, (std::vector<int32_t>{5, 5, 0}));
+}
+
+}  // namespace
+}  // namespace iser
+
+namespace iser {
+namespace {
+
+// ---- iser on case A ---------------------------------------------------------------------------
+// P = 4, E = 8, S = 2, g_min = 2; hist = [40,8,10,6,8,4,2,2], L = [48,16,12,4], T = 20.
+// Room-aware placement (water level 20):
+//   Owner 0; its largest remaining share is e0 (40); give = min(28, 40) = 28.
+//   Level 1 (size 2): [0,2) room 4 (rank 1; owner 0 is above T), [2,4) room 8 + 16 = 24 ->
+//   absorbs 24. Level 0: room 28 -> absorbs 28 = the best. Finest level absorbing >= 7/8 of 28
+//   (24·8 = 192 < 196; 28·8 = 224): level 0, group [0,4).
+//   Coldest first: rank 3 takes 16, rank 2 takes 8, rank 1 takes 4; moved 28.
+//   q = [40 − 28, 4, 8, 16] = [12,4,8,16]; all loads 20.
+// HALO-Q's placement (golden case A) also ends at max load 20 with 2 + 1 = 3 remote copies;
+// the room-aware one has 3 (owner inside [0,4)): a tie, so the earlier candidate (room-aware)
+// is kept. Max load 20 <= T + T/64, so no third candidate.
+// Coloring: h 0. Repair: one broadcast, skipped. Transport: owner inside, [0,4) pure ->
+// owner-direct. The owner serves from its home slot (owner_uses_home_slot).
+// Rewrite of e0 (c = [10,10,10,10]): diag [10,4,8,10]; source 1 sends 2 to rank 0 and 4 to
+// rank 3; source 2 sends 2 to rank 3. Rank 1's ten routes: 2 to rank 0's home slot 0, its own 4
+// to helper slot 1·4 + 2 = 6, then 4 to rank 3's helper slot 3·4 + 2 = 14.
+TEST(IserGolden, CaseARoomAwareLevelChoice) {
+  const auto topo = Topology::make(4, 8, 2, 2);
+  const Plan plan = plan_iser(topo, case_a_counts());
+  EXPECT_EQ(plan.target, 20);
+  EXPECT_TRUE(plan.owner_uses_home_slot);
+  EXPECT_EQ(plan.loads, (std::vector<int32_t>{20, 20, 20, 20}));
+  ASSERT_EQ(plan.broadcasts.size(), 1u);
+  EXPECT_EQ(plan.broadcasts[0], make_broadcast(0, 0, 0, 0, 4, 0, kDirect, {12, 4, 8, 16}));
+  std::vector<int32_t> ids;
+  for (int e = 0; e < 8; ++e) ids.insert(ids.end(), case_a_counts().at(1, e), e);
+  std::vector<int32_t> slots(ids.size());
+  rewrite_tokens(topo, case_a_counts(), plan, 1, ids, 1, slots);
+  EXPECT_EQ(std::vector<int32_t>(slots.begin(), slots.begin() + 10),
+            (std::vector<int32_t>{0, 0, 6, 6, 6, 6, 14, 14, 14, 14}));
+}
+
+// ---- iser: a very hot expert exported to two disjoint groups ---------------------------------
+// P = 8, E = 8 (H = 1), S = 1, g_min = 4: levels 0 (8) and 1 (4). Rank 0 owns e0 with 60
+// routes; ranks 1..7 own 4 each (e1..e7): total 88, T = 11.
+// Room-aware placement (water level 11):
+//   Owner 0, e0, give = min(49, 60) = 49. Level 1: [0,4) room 3·7 = 21, [4,8) room 4·7 = 28
+//   (absorbs 28); level 0: room 49 (absorbs 49 = the best). 28·8 < 49·7, so level 0: all
+//   seven others take 7 each; moved 49; q = [11,7,7,7,7,7,7,7]. Every rank is at 11 and has
+//   used its only slot. One broadcast; nothing else above T.
+TEST(IserGolden, VeryHotExpertUsesTheWholeDomainWhenItMust) {
+  const auto topo = Topology::make(8, 8, 1, 4);
+  CountMatrix counts(8, 8);
+  counts.at(0, 0) = 60;
+  for (int r = 1; r < 8; ++r) counts.at(r, r) = 4;
+  const Plan plan = plan_iser(topo, counts);
+  EXPECT_EQ(plan.target, 11);
+  ASSERT_EQ(plan.broadcasts.size(), 1u);
+  EXPECT_EQ(plan.broadcasts[0].level, 0);
+  EXPECT_EQ(plan.broadcasts[0].quota, (std::vector<int32_t>{11, 7, 7, 7, 7, 7, 7, 7}));
+  EXPECT_EQ(plan.loads, std::vector<int32_t>(8, 11));
+}
+
+// P = 8, E = 16 (H = 2), S = 2, g_min = 4: levels 0 (8) and 1 (4).
+// Rank 0: e0 = 40, e1 = 0. Rank 4: e8 = 16, e9 = 0 (a second hot owner). Others: 4 each on their
+// first expert (ranks 1,2,3,5,6,7). Total 80, T = 10.
+// Pass 1: owner 0 (40), e0 share 40, give 30. Level 1: [0,4) room 3·6 = 18; [4,8): rank 4 is
+//   hot (16), ranks 5..7 room 6 each = 18; tie at 18 -> fewer cold members? both 3 -> lowest
+//   first rank [0,4). Level 0: room 36 -> absorbs 30 = best. 18·8 = 144 < 210 -> level 0.
+//   Coldest first (all others at 4 except rank 4 at 16): ranks 1,2,3,5,6 take 6 each = 30.
+//   q = [10,6,6,6,0,6,6,0]. L = [10,10,10,10,16,10,10,4]. Level 0 used once on every rank.
+// Pass 2: owner 4 (16), e8 share 16, give 6. Level 1: [0,4) room 0; [4,8) room 6 (rank 7) ->
+//   absorbs 6; level 0: room 6. Best 6; finest: level 1 [4,8). Rank 7 takes 6.
+//   q = [0,0,0,0,10,0,0,6]. All at 10.
+// The reference cannot do better (max 10 = T); its placement: owner 0, e0 mass 40, need 4 ->
+//   level 1 ([4,8) room 18 vs [0,4) 18: tie -> [0,4)), moved 18 -> L0 = 22; then owner 0 e1
+//   (mass 0) -> freeze... max stays 22 > 10, so iser's placement is kept.
+TEST(IserGolden, RoomAwarePlacementBeatsNeedBasedLevels) {
+  const auto topo = Topology::make(8, 16, 2, 4);
+  CountMatrix counts(8, 16);
+  counts.at(0, 0) = 40;
+  counts.at(4, 8) = 16;
+  for (const int r : {1, 2, 3, 5, 6, 7}) counts.at(r, 2 * r) = 4;
+  const Plan plan = plan_iser(topo, counts);
+  EXPECT_EQ(plan.target, 10);
+  EXPECT_EQ(plan.loads, std::vector<int32_t>(8, 10));
+  ASSERT_EQ(plan.broadcasts.size(), 2u);
+  EXPECT_EQ(plan.broadcasts[0].expert, 0);
+  EXPECT_EQ(plan.broadcasts[0].level, 0);
+  EXPECT_EQ(plan.broadcasts[1].expert, 8);
+  EXPECT_EQ(plan.broadcasts[1].level, 1);
+  EXPECT_EQ(plan.broadcasts[1].group_begin, 4);
+  const Plan reference = plan_halo_q(topo, counts);
+  EXPECT_EQ(*std::max_element(reference.loads.begin(), reference.loads.end()), 22);
 }
 
 }  // namespace

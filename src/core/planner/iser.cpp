@@ -12,13 +12,16 @@
 //     (hist minus what earlier broadcasts moved; ties: smaller id), over all H home experts, not
 //     a fixed top-min(S, H) list. A very hot expert can therefore be exported again, to a group
 //     disjoint from its earlier groups (the owner sends it once per broadcast; still <= S).
-//  2. Level: no need-based starting level. For every level, the eligible group with the most
-//     room (ties: lowest first rank) absorbs a = min(room, give); among levels, the finest one
-//     whose a reaches 7/8 of the best a is taken. The 1/8 slack prices slots: a coarser group
-//     costs a helper slot on every member, so it must absorb clearly more.
+//  2. Level: no need-based starting level. For every level, the eligible group absorbing the
+//     most, a = min(room, give) (ties: fewer cold members, whose receiving slots are the scarce
+//     resource; then the lowest first rank); among levels, the finest one whose a reaches 7/8 of
+//     the best a is taken. The 1/8 slack prices slots: a coarser group costs a helper slot on
+//     every member, so it must absorb clearly more.
 //  3. A candidate for which no group has room is marked spent (the owner tries its next one)
 //     instead of freezing the owner; the owner freezes when it has no candidate or no export
 //     left.
+//  4. plan_iser keeps the best of up to three candidate placements (see there): this one, HALO-Q's,
+//     and this one at water level T + T/64.
 // Quota bookkeeping for an expert broadcast k times: the owner's remaining share sits in the
 // latest broadcast of that expert (earlier ones then hold 0 for the owner); members of each
 // broadcast hold what they took. Σ quotas = hist[e] per expert.
@@ -50,36 +53,64 @@ bool overlaps_earlier(const Plan& plan, size_t num_broadcasts, int32_t expert, i
   return false;
 }
 
-// The eligible group of `level` that absorbs the most of `give` (min(room, give)); ties: fewer
-// cold members (each burns a scarce receiving slot), then the lowest first rank. Groups meeting
-// an earlier group of the same expert are skipped.
-Choice best_group_at(const Topology& topo, int level, int owner, int32_t target, int32_t give,
-                     const std::vector<int32_t>& loads, const PlannerWorkspace& ws,
-                     const Plan& plan, size_t num_broadcasts, int32_t expert, bool exported) {
-  const int size = topo.group_size(level);
+// Room, cold members and eligibility of every aligned group, for the current loads: the finest
+// groups are scanned once and coarser groups add up their two halves (aligned groups nest).
+// Layout: level l's groups start at index 2^l − 1. The owner (above W) adds no room and is not
+// cold, so no group needs to exclude it explicitly.
+void tally_groups(const Topology& topo, int32_t water, const std::vector<int32_t>& loads,
+                  PlannerWorkspace& ws) {
+  const int finest = topo.num_levels() - 1;
+  const int size = topo.group_size(finest);
+  const int num_finest = topo.num_groups(finest);
   const int S = topo.num_slots;
-  Choice best{level, 0, -1};
-  int32_t best_absorbed = 0;
-  int best_cold = 0;
-  for (int begin = 0; begin < topo.num_ranks; begin += size) {
+  const size_t entries = 2 * static_cast<size_t>(num_finest) - 1;
+  ws.group_room.resize(entries);
+  ws.group_cold.resize(entries);
+  for (int g = 0; g < num_finest; ++g) {
     int32_t room = 0;
-    int cold = 0;
+    int32_t cold = 0;
     bool eligible = true;
-    for (int m = begin; m < begin + size; ++m) {
-      if (ws.recv_used[m] >= S) {
-        eligible = false;
-        break;
-      }
-      if (m != owner && loads[m] < target) {
-        room += target - loads[m];
+    for (int m = g * size; m < (g + 1) * size; ++m) {
+      eligible = eligible && ws.recv_used[m] < S;
+      if (loads[m] < water) {
+        room += water - loads[m];
         ++cold;
       }
     }
-    if (!eligible || room <= 0) continue;
+    // NOTE: cold = -1 marks an ineligible group (some member has no free helper slot).
+    ws.group_room[num_finest - 1 + g] = room;
+    ws.group_cold[num_finest - 1 + g] = eligible ? cold : -1;
+  }
+  for (int level = finest - 1; level >= 0; --level) {
+    const int first = (1 << level) - 1;
+    const int child = (1 << (level + 1)) - 1;
+    for (int g = 0; g < (1 << level); ++g) {
+      const int32_t cold_a = ws.group_cold[child + 2 * g];
+      const int32_t cold_b = ws.group_cold[child + 2 * g + 1];
+      ws.group_room[first + g] = ws.group_room[child + 2 * g] + ws.group_room[child + 2 * g + 1];
+      ws.group_cold[first + g] = cold_a < 0 || cold_b < 0 ? -1 : cold_a + cold_b;
+    }
+  }
+}
+
+// The eligible group of `level` that absorbs the most of `give` (min(room, give)); ties: fewer
+// cold members (each burns a scarce receiving slot), then the lowest first rank. Groups meeting
+// an earlier group of the same expert are skipped.
+Choice best_group_at(const Topology& topo, int level, int32_t give, const PlannerWorkspace& ws,
+                     const Plan& plan, size_t num_broadcasts, int32_t expert, bool exported) {
+  const int size = topo.group_size(level);
+  const int first = (1 << level) - 1;
+  Choice best{level, 0, -1};
+  int32_t best_absorbed = 0;
+  int32_t best_cold = 0;
+  for (int g = 0; g < (1 << level); ++g) {
+    const int32_t room = ws.group_room[first + g];
+    const int32_t cold = ws.group_cold[first + g];
+    if (cold < 0 || room <= 0) continue;
     const int32_t absorbed = std::min(room, give);
     if (absorbed < best_absorbed || (absorbed == best_absorbed && cold >= best_cold)) continue;
-    if (exported && overlaps_earlier(plan, num_broadcasts, expert, begin, size)) continue;
-    best = {level, begin, room};
+    if (exported && overlaps_earlier(plan, num_broadcasts, expert, g * size, size)) continue;
+    best = {level, g * size, room};
     best_absorbed = absorbed;
     best_cold = cold;
   }
@@ -88,9 +119,14 @@ Choice best_group_at(const Topology& topo, int level, int owner, int32_t target,
 
 }  // namespace
 
-void place_iser(const Topology& topo, const CountMatrix& counts, const HaloQOptions& options,
-                PlannerWorkspace& ws, Plan& plan) {
-  const int32_t T = prepare_loads(topo, counts, ws, plan);
+namespace {
+
+// The room-aware placement with water level W = T + slack (plan.target stays T): owners above W
+// export, members fill up to W.
+void place_room_aware(const Topology& topo, const HaloQOptions& options, int32_t slack_divisor,
+                      PlannerWorkspace& ws, Plan& plan) {
+  const int32_t target = plan.target;
+  const int32_t T = target + (slack_divisor > 0 ? target / slack_divisor : 0);
   const int P = topo.num_ranks;
   const int H = topo.experts_per_rank();
   const int S = topo.num_slots;
@@ -133,9 +169,10 @@ void place_iser(const Topology& topo, const CountMatrix& counts, const HaloQOpti
     // Level choice: the finest level absorbing >= 7/8 of the best absorbable amount.
     Choice per_level[32];
     int32_t best_absorbed = 0;
+    tally_groups(topo, T, L, ws);
     for (int level = 0; level < num_levels; ++level) {
       per_level[level] =
-          best_group_at(topo, level, o, T, give, L, ws, plan, num_broadcasts, e, latest[e] >= 0);
+          best_group_at(topo, level, give, ws, plan, num_broadcasts, e, latest[e] >= 0);
       best_absorbed = std::max(best_absorbed, std::min(per_level[level].room, give));
     }
     if (best_absorbed <= 0) {
@@ -197,6 +234,14 @@ void place_iser(const Topology& topo, const CountMatrix& counts, const HaloQOpti
   plan.broadcasts.resize(num_broadcasts);
 }
 
+}  // namespace
+
+void place_iser(const Topology& topo, const CountMatrix& counts, const HaloQOptions& options,
+                PlannerWorkspace& ws, Plan& plan) {
+  prepare_loads(topo, counts, ws, plan);
+  place_room_aware(topo, options, 0, ws, plan);
+}
+
 namespace {
 
 int32_t max_load(const Plan& plan) {
@@ -215,21 +260,45 @@ int32_t remote_copies(const Plan& plan) {
 
 void plan_iser(const Topology& topo, const CountMatrix& counts, const HaloQOptions& options,
                PlannerWorkspace& ws, Plan& plan) {
-  // Two placements, the better one kept: the room-aware placement above and HALO-Q's own
-  // (which wins on some mild workloads, where its need-based levels spread hot experts wider).
-  // Better = lower max load; ties: fewer remote copies; ties: the room-aware one. Both are
-  // deterministic, so the choice is too; iser is never worse than halo-q in max load.
-  place_iser(topo, counts, options, ws, plan);
+  // Candidate placements, the best one kept (lowest max load; ties: fewer remote copies; ties:
+  // the earlier candidate):
+  //  1. the room-aware placement with water level T;
+  //  2. HALO-Q's placement (wins on some mild workloads, where its need-based levels spread hot
+  //     experts wider), so iser is never worse than halo-q in max load;
+  //  3. only when the best so far ends above T + T/64: the room-aware placement with water level
+  //     T + T/64. Members may then exceed T by up to 1/64, which lets one broadcast absorb a
+  //     whole give where slots are scarce (S = 2 under heavy skew).
+  // Counts are checked and hist / home loads computed once; each candidate starts from them.
+  prepare_loads(topo, counts, ws, plan);
+  ws.home_loads = plan.loads;
+  auto start_alternative = [&] {
+    ws.alternative.num_ranks = plan.num_ranks;
+    ws.alternative.num_experts = plan.num_experts;
+    ws.alternative.num_slots = plan.num_slots;
+    ws.alternative.target = plan.target;
+    ws.alternative.loads = ws.home_loads;
+  };
+  place_room_aware(topo, options, 0, ws, plan);
   HaloQOptions reference = options;
   reference.absorb = false;
   reference.owner_in_group = false;
-  place_broadcasts(topo, counts, reference, ws, ws.alternative);
-  const int32_t max_iser = max_load(plan);
-  const int32_t max_ref = max_load(ws.alternative);
-  if (max_ref < max_iser ||
-      (max_ref == max_iser && remote_copies(ws.alternative) < remote_copies(plan))) {
-    std::swap(plan.broadcasts, ws.alternative.broadcasts);
-    std::swap(plan.loads, ws.alternative.loads);
+  start_alternative();
+  place_prepared(topo, reference, ws, ws.alternative);
+  auto keep_better = [&] {
+    const int32_t max_kept = max_load(plan);
+    const int32_t max_new = max_load(ws.alternative);
+    if (max_new < max_kept ||
+        (max_new == max_kept && remote_copies(ws.alternative) < remote_copies(plan))) {
+      std::swap(plan.broadcasts, ws.alternative.broadcasts);
+      std::swap(plan.loads, ws.alternative.loads);
+    }
+  };
+  keep_better();
+  constexpr int32_t kSlackDivisor = 64;
+  if (max_load(plan) > plan.target + plan.target / kSlackDivisor) {
+    start_alternative();
+    place_room_aware(topo, options, kSlackDivisor, ws, ws.alternative);
+    keep_better();
   }
   // The owner serves its quota from its home slot: with an expert in two groups the owner may
   // be a member of one, and the home slot needs no READY wait.

@@ -172,10 +172,16 @@ int32_t prepare_loads(const Topology& topo, const CountMatrix& counts, PlannerWo
 
 void place_broadcasts(const Topology& topo, const CountMatrix& counts, const HaloQOptions& options,
                       PlannerWorkspace& ws, Plan& plan) {
+  prepare_loads(topo, counts, ws, plan);
+  place_prepared(topo, options, ws, plan);
+}
+
+void place_prepared(const Topology& topo, const HaloQOptions& options, PlannerWorkspace& ws,
+                    Plan& plan) {
   const int P = topo.num_ranks;
   const int S = topo.num_slots;
   const int C = topo.max_exports_per_owner();
-  const int32_t T = prepare_loads(topo, counts, ws, plan);
+  const int32_t T = plan.target;
   std::vector<int32_t>& L = plan.loads;
 
   select_candidates(topo, C, ws);

@@ -15,4 +15,9 @@ namespace iser {
 int32_t prepare_loads(const Topology& topo, const CountMatrix& counts, PlannerWorkspace& ws,
                       Plan& plan);
 
+// HALO-Q placement (§4.2) after prepare_loads: ws.hist and plan.{target, loads = home loads}
+// must be set; appends the broadcasts to `plan`.
+void place_prepared(const Topology& topo, const HaloQOptions& options, PlannerWorkspace& ws,
+                    Plan& plan);
+
 }  // namespace iser
