@@ -48,21 +48,21 @@ struct HaloQOptions {
 // a hot loop. Holds no state between calls that influences results.
 struct PlannerWorkspace {
   std::vector<int32_t> hist;            // [E]
-  std::vector<int32_t> candidates;      // [P * C] top-C home experts per owner
+  std::vector<int32_t> candidates;      // [P * C] top-C home experts per owner (iser: [E] share)
   std::vector<int32_t> recv_used;       // [P]
   std::vector<int32_t> send_used;       // [P]
-  std::vector<int32_t> next_candidate;  // [P]
+  std::vector<int32_t> next_candidate;  // [P] cursors (iser: [E] spent flags)
   std::vector<uint8_t> frozen;          // [P]
   std::vector<int32_t> members;         // [P] members of the chosen group, coldest first
   std::vector<uint64_t> helper_mask;    // [P] helper indices in use (coloring)
-  std::vector<int32_t> order;           // [B] broadcasts by (expert, plan index)
+  std::vector<int32_t> order;           // [B] broadcasts by (expert, plan index) (iser: [E])
   std::vector<int32_t> host_begin;      // [P + 1] CSR of broadcasts hosted per rank (repair)
   std::vector<int32_t> host_list;       // [Σ hosts]
   std::vector<uint64_t> host_bits;      // [P * ceil(B/64)] hosted broadcasts per rank (repair)
   std::vector<int32_t> group_room;      // iser: room per aligned group (all levels)
   std::vector<int32_t> group_cold;      // iser: cold members per group, -1 = ineligible
   std::vector<int32_t> home_loads;      // iser: home loads shared by its candidate placements
-  Plan alternative;                     // iser: the second placement it compares against
+  Plan alternative;                     // iser: the candidate placement being compared
   std::vector<int32_t> repair;          // repair: own routes, quotas, spare counts, pairs
 };
 

@@ -207,7 +207,8 @@ void place_room_aware(const Topology& topo, const HaloQOptions& options, int32_t
       remaining -= take;
     }
     const int32_t moved = give - remaining;
-    if (moved < std::max(options.min_move, 1)) {
+    if (moved <= 0 ||
+        (moved < options.min_move && !matches_previous(options, e, g.level, g.begin, size))) {
       ws.next_candidate[e] = 1;
       continue;
     }

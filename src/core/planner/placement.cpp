@@ -14,7 +14,8 @@
 //    was before this broadcast; members at or above T take nothing.
 //  - The pass budget P·(C + 2) counts every pass, including those that only freeze an owner.
 //  - A replication skipped by min_move (a variant) is not committed and does not freeze the
-//    owner: its cursor has already advanced.
+//    owner: its cursor has already advanced. A replication that would be resident (same expert,
+//    level and group as in options.previous) moves no bytes and is never skipped.
 #include <algorithm>
 
 #include "iser/error.h"
@@ -105,20 +106,19 @@ GroupChoice choose_group(const Topology& topo, int wanted_level, int owner, int3
   return fallback;
 }
 
-// A broadcast of `previous` with the same expert, level and group: its bytes are already there.
-bool resident_candidate(const HaloQOptions& options, int32_t expert, const GroupChoice& g,
-                        int32_t group_size) {
+}  // namespace
+
+bool matches_previous(const HaloQOptions& options, int32_t expert, int32_t level,
+                      int32_t group_begin, int32_t group_size) {
   if (options.previous == nullptr) return false;
   for (const Broadcast& b : options.previous->broadcasts) {
-    if (b.expert == expert && b.level == g.level && b.group_begin == g.begin &&
+    if (b.expert == expert && b.level == level && b.group_begin == group_begin &&
         b.group_size == group_size) {
       return true;
     }
   }
   return false;
 }
-
-}  // namespace
 
 // hist, home loads and T into ws / plan (shared with the iser placement).
 int32_t prepare_loads(const Topology& topo, const CountMatrix& counts, PlannerWorkspace& ws,
@@ -256,7 +256,7 @@ void place_prepared(const Topology& topo, const HaloQOptions& options, PlannerWo
       ws.frozen[o] = 1;
       continue;
     }
-    if (moved < options.min_move && !resident_candidate(options, e, g, size)) continue;
+    if (moved < options.min_move && !matches_previous(options, e, g.level, g.begin, size)) continue;
 
     b.expert = e;
     b.owner = o;
