@@ -3,6 +3,7 @@
 #include <unistd.h>
 
 #include <cstdio>
+#include <filesystem>
 #include <fstream>
 #include <mutex>
 
@@ -127,7 +128,14 @@ void run(ReplayArgs& args) {
   const ReplayResult result = run_replay(*source, config);
   config.progress = nullptr;
   print_replay_tables(result, stdout);
-  const auto write_file = [](const std::string& path, const std::string& text) {
+  // Output files may name folders that do not exist yet (e.g. --json inside --report's DIR).
+  const auto make_parent = [](const std::filesystem::path& path) {
+    std::error_code ec;
+    if (path.has_parent_path()) std::filesystem::create_directories(path.parent_path(), ec);
+    ISER_CHECK(!ec, "cannot create folder '{}': {}", path.parent_path().string(), ec.message());
+  };
+  const auto write_file = [&](const std::string& path, const std::string& text) {
+    make_parent(path);
     std::ofstream out(path);
     ISER_CHECK(out.good(), "cannot write '{}'", path);
     out << text;
@@ -135,7 +143,10 @@ void run(ReplayArgs& args) {
   };
   if (!args.json_path.empty()) write_file(args.json_path, replay_to_json(result));
   if (!args.csv_path.empty()) write_file(args.csv_path, replay_to_csv(result));
-  if (!args.svg_path.empty()) write_layer_svgs(result, args.svg_path);
+  if (!args.svg_path.empty()) {
+    make_parent(args.svg_path);
+    write_layer_svgs(result, args.svg_path);
+  }
   if (!args.report_dir.empty()) write_replay_report(result, args.report_dir);
 }
 
