@@ -17,7 +17,7 @@
 namespace iser {
 
 struct PolicyOptions {
-  int min_move = 0;     // resident/iser: skip replications that move fewer routes than this
+  int min_move = 0;  // resident/iser: skip replications that move fewer routes than this
   // eplb-window: past iterations used to plan (0: the default, 8); eplb uses the whole trace.
   int eplb_window = 0;
 };

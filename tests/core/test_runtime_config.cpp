@@ -34,8 +34,8 @@ TEST(RuntimeConfig, BundleLayout) {
   const BundleLayout b{50000, 1248};
   EXPECT_EQ(b.scale_offset(), 50176);  // align_up(50000, 256)
   EXPECT_EQ(b.bytes(), 50176 + 1248);
-  EXPECT_EQ(b.slot_stride(), 53248);   // align_up(51424, 4096)
-  EXPECT_EQ(b.num_slices(), 7);        // ceil(51424 / 8192)
+  EXPECT_EQ(b.slot_stride(), 53248);  // align_up(51424, 4096)
+  EXPECT_EQ(b.num_slices(), 7);       // ceil(51424 / 8192)
   const BundleLayout paper{37'158'912, 0};
   EXPECT_EQ(paper.num_slices(), 4536);
   expect_error([] { BundleLayout{50001, 0}.validate(); }, "weight_bytes = 50001");

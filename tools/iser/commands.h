@@ -5,13 +5,10 @@
 
 namespace iser::cli {
 
-void add_replay_command(CLI::App& app);
-void add_convert_command(CLI::App& app);
-void add_model_command(CLI::App& app);
-void add_plan_command(CLI::App& app);  // cmd_plan.cpp
-void add_eplb_command(CLI::App& app);  // cmd_eplb.cpp
-void add_plan_command(CLI::App& app);     // cmd_plan.cpp
 void add_replay_command(CLI::App& app);   // cmd_replay.cpp
+void add_plan_command(CLI::App& app);     // cmd_plan.cpp
+void add_eplb_command(CLI::App& app);     // cmd_eplb.cpp
+void add_model_command(CLI::App& app);    // cmd_model.cpp
 void add_convert_command(CLI::App& app);  // cmd_convert.cpp
 
 #if defined(ISER_WITH_CUDA)
