@@ -59,6 +59,9 @@ std::unique_ptr<Policy> make_policy(std::string_view name, const Topology& topo,
 
 std::vector<RouteFlow> home_flows(const Topology& topo, const CountMatrix& counts) {
   std::vector<RouteFlow> flows;
+  const auto data = counts.data();
+  flows.reserve(static_cast<size_t>(
+      std::count_if(data.begin(), data.end(), [](int32_t c) { return c > 0; })));
   for (int s = 0; s < counts.num_ranks(); ++s) {
     const auto row = counts.row(s);
     for (int e = 0; e < counts.num_experts(); ++e) {
