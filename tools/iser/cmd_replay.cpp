@@ -180,6 +180,11 @@ void add_replay_command(CLI::App& app) {
       ->check(CLI::Range(1, 64));
   cmd->add_option("--category", args->trace_options.category,
                   "Histogram category of a canonical file (expert_counts.<name>)");
+  cmd->add_option("--skip-rows", args->trace_options.skip_rows,
+                  "JSONL: drop this many leading route rows")
+      ->check(CLI::NonNegativeNumber);
+  cmd->add_flag("--skip-profile-rows", args->trace_options.skip_profile_rows,
+                "JSONL: drop vLLM's start-up profiling rows (see docs/data.md)");
   cmd->add_option("--ep", args->config.ep_degrees, "EP degrees")->delimiter(',');
   cmd->add_option("--tokens-per-rank", args->config.tokens_per_rank, "Tokens per rank (tau)")
       ->check(CLI::PositiveNumber);
