@@ -6,9 +6,12 @@
 // and the count kernel.
 //
 //   bench_planner_gpu [-p 4,8,16,32,64] [-E 384] [-S 4] [-t 8192] [-k 6] [-w 20] [-n 400]
-//                     [-G 1] [-c 1] [-J out.json] [-d coding.csv] [-i 16]
+//                     [-G 1] [-c 1] [-J out.json] [-d coding.csv] [-i 16] [-P halo-q,iser]
 //   -w/-n warm-up/timed replays, -G 1 graph replays (0: direct launches), -c 1 check every plan
-//   and slot id against the CPU, -J JSON file, -d histogram CSV, -i inputs (layers) per EP.
+//   and slot id against the CPU, -J JSON file, -d histogram CSV, -i inputs (layers) per EP,
+//   -P policies, each timed per EP in the same run (halo-q: plan_halo_q; iser: plan_iser
+//   without a previous plan, GpuPlannerOptions::iser; its plan+rewrite column is "-" because
+//   the GPU rewrite does not take iser plans, and its CPU baseline is plan_iser).
 #include <cuda_runtime.h>
 
 #include <algorithm>
@@ -52,6 +55,7 @@ struct Args {
   int inputs = 16;
   std::string json;
   std::string data;
+  std::vector<std::string> policies = {"halo-q"};
 };
 
 std::string default_data_path() {
@@ -96,6 +100,18 @@ Args parse(int argc, char** argv) {
       a.data = v;
     } else if (flag == "-i") {
       a.inputs = std::atoi(v);
+    } else if (flag == "-P") {
+      a.policies.clear();
+      for (const char* s = v; *s != '\0';) {
+        const char* comma = std::strchr(s, ',');
+        const size_t len = comma != nullptr ? comma - s : std::strlen(s);
+        a.policies.emplace_back(s, len);
+        if (a.policies.back() != "halo-q" && a.policies.back() != "iser") {
+          std::fprintf(stderr, "-P: unknown policy %s (halo-q, iser)\n", a.policies.back().c_str());
+          std::exit(2);
+        }
+        s += len + (comma != nullptr ? 1 : 0);
+      }
     } else {
       std::fprintf(stderr, "unknown flag %s\n", flag.c_str());
       std::exit(2);
@@ -191,8 +207,8 @@ int main(int argc, char** argv) {
       "median of %d, L2 flushed\n",
       prop.name, prop.multiProcessorCount, prop.l2CacheSize >> 20, args.experts, args.slots,
       args.tokens, args.top_k, args.graph ? "graph replays" : "launches", args.iters);
-  std::printf("# %4s %14s %14s %14s %14s %14s %12s %10s\n", "EP", "plan_us", "plan_kern_us",
-              "plan+rw_us", "count_us", "cpu_plan_us", "cpu/gpu", "bcasts");
+  std::printf("# %4s %7s %14s %14s %14s %14s %14s %12s %10s\n", "EP", "policy", "plan_us",
+              "plan_kern_us", "plan+rw_us", "count_us", "cpu_plan_us", "cpu/gpu", "bcasts");
   cudaStream_t stream;
   BENCH_CUDA(cudaStreamCreateWithFlags(&stream, cudaStreamNonBlocking));
   const size_t flush_bytes = std::max<size_t>(size_t{4} * prop.l2CacheSize, size_t{256} << 20);
@@ -223,135 +239,159 @@ int main(int argc, char** argv) {
     }
     for (auto& t : workers) t.join();
 
-    // One planner per input: rewrite() uses the tile counts of the input's own count().
-    std::vector<GpuPlanner> planners;
-    std::vector<int32_t*> d_counts(num_inputs), d_plan(num_inputs), d_ids(num_inputs),
-        d_slots(num_inputs), d_row(num_inputs);
-    const int rank = 0;
-    for (int i = 0; i < num_inputs; ++i) {
-      planners.emplace_back(topo, n);
-      BENCH_CUDA(cudaMalloc(&d_counts[i], sizeof(int32_t) * P * args.experts));
-      BENCH_CUDA(cudaMalloc(&d_plan[i], sizeof(int32_t) * planners[i].plan_words()));
-      BENCH_CUDA(cudaMalloc(&d_ids[i], sizeof(int32_t) * n));
-      BENCH_CUDA(cudaMalloc(&d_slots[i], sizeof(int32_t) * n));
-      BENCH_CUDA(cudaMalloc(&d_row[i], sizeof(int32_t) * args.experts));
-      BENCH_CUDA(cudaMemcpy(d_counts[i], counts[i].data().data(),
-                            sizeof(int32_t) * P * args.experts, cudaMemcpyHostToDevice));
-      BENCH_CUDA(cudaMemcpy(d_ids[i], ids[i].data() + static_cast<size_t>(rank) * n,
-                            sizeof(int32_t) * n, cudaMemcpyHostToDevice));
-      planners[i].count(d_ids[i], args.tokens, args.top_k, d_row[i], stream);
-    }
-    BENCH_CUDA(cudaStreamSynchronize(stream));
-
-    std::vector<cudaGraphExec_t> g_plan(num_inputs), g_both(num_inputs), g_count(num_inputs);
-    auto plan_work = [&](int i) { planners[i].plan(d_counts[i], d_plan[i], stream); };
-    auto both_work = [&](int i) {
-      planners[i].plan(d_counts[i], d_plan[i], stream);
-      planners[i].rewrite(d_ids[i], args.tokens, args.top_k, rank, d_counts[i], d_plan[i],
-                          d_slots[i], stream);
-    };
-    auto count_work = [&](int i) {
-      planners[i].count(d_ids[i], args.tokens, args.top_k, d_row[i], stream);
-    };
-    auto run = [&](std::vector<cudaGraphExec_t>& graphs, auto& direct) {
-      return [&](int i) {
-        if (args.graph) {
-          BENCH_CUDA(cudaGraphLaunch(graphs[i], stream));
+    for (const std::string& policy : args.policies) {
+      const bool iser = policy == "iser";
+      GpuPlannerOptions options;
+      options.iser = iser;
+      HaloQOptions cpu_options;
+      auto cpu_planner = [&](const CountMatrix& c, PlannerWorkspace& ws, Plan& plan) {
+        if (iser) {
+          plan_iser(topo, c, cpu_options, ws, plan);
         } else {
-          direct(i);
+          plan_halo_q(topo, c, cpu_options, ws, plan);
         }
       };
-    };
-    // The planner-alone graphs record the in-kernel span; the others do not.
-    if (args.graph) {
+
+      // One planner per input: rewrite() uses the tile counts of the input's own count().
+      std::vector<GpuPlanner> planners;
+      std::vector<int32_t*> d_counts(num_inputs), d_plan(num_inputs), d_ids(num_inputs),
+          d_slots(num_inputs), d_row(num_inputs);
+      const int rank = 0;
       for (int i = 0; i < num_inputs; ++i) {
-        planners[i].set_plan_timer(timer);
-        g_plan[i] = make_graph(stream, [&] { plan_work(i); });
-        planners[i].set_plan_timer(nullptr);
-        g_both[i] = make_graph(stream, [&] { both_work(i); });
-        g_count[i] = make_graph(stream, [&] { count_work(i); });
+        planners.emplace_back(topo, n, options);
+        BENCH_CUDA(cudaMalloc(&d_counts[i], sizeof(int32_t) * P * args.experts));
+        BENCH_CUDA(cudaMalloc(&d_plan[i], sizeof(int32_t) * planners[i].plan_words()));
+        BENCH_CUDA(cudaMalloc(&d_ids[i], sizeof(int32_t) * n));
+        BENCH_CUDA(cudaMalloc(&d_slots[i], sizeof(int32_t) * n));
+        BENCH_CUDA(cudaMalloc(&d_row[i], sizeof(int32_t) * args.experts));
+        BENCH_CUDA(cudaMemcpy(d_counts[i], counts[i].data().data(),
+                              sizeof(int32_t) * P * args.experts, cudaMemcpyHostToDevice));
+        BENCH_CUDA(cudaMemcpy(d_ids[i], ids[i].data() + static_cast<size_t>(rank) * n,
+                              sizeof(int32_t) * n, cudaMemcpyHostToDevice));
+        planners[i].count(d_ids[i], args.tokens, args.top_k, d_row[i], stream);
       }
-    }
-    for (auto& planner : planners) planner.set_plan_timer(timer);
-    const Timing t_plan =
-        time_replays(args, num_inputs, stream, flush, flush_bytes, timer, run(g_plan, plan_work));
-    // Same replays with L2 left warm (the counts, the plan and the kernel's code stay cached).
-    const Timing t_warm =
-        time_replays(args, num_inputs, stream, flush, 0, timer, run(g_plan, plan_work));
-    for (auto& planner : planners) planner.set_plan_timer(nullptr);
-    const Timing t_both =
-        time_replays(args, num_inputs, stream, flush, flush_bytes, nullptr, run(g_both, both_work));
-    const Timing t_count = time_replays(args, num_inputs, stream, flush, flush_bytes, nullptr,
-                                        run(g_count, count_work));
+      BENCH_CUDA(cudaStreamSynchronize(stream));
 
-    // CPU reference planner on the same counts (one core, workspace reused).
-    std::vector<double> cpu_us;
-    PlannerWorkspace ws;
-    Plan cpu_plan;
-    for (int j = 0; j < args.warmup + args.iters; ++j) {
-      const auto t0 = std::chrono::steady_clock::now();
-      plan_halo_q(topo, counts[j % num_inputs], HaloQOptions{}, ws, cpu_plan);
-      const auto t1 = std::chrono::steady_clock::now();
-      if (j >= args.warmup)
-        cpu_us.push_back(std::chrono::duration<double, std::micro>(t1 - t0).count());
-    }
-    const double cpu = median(cpu_us);
-
-    // Check: every input's GPU plan and slot ids equal the CPU's.
-    int broadcasts = 0;
-    bool ok = true;
-    BENCH_CUDA(cudaStreamSynchronize(stream));
-    for (int i = 0; i < num_inputs && args.check; ++i) {
-      const Plan want = plan_halo_q(topo, counts[i]);
-      const Plan got = download_plan(planners[i].layout(), d_plan[i]);
-      broadcasts += static_cast<int>(want.broadcasts.size());
-      std::vector<int32_t> want_slots(n), got_slots(n);
-      rewrite_tokens(topo, counts[i], want, rank,
-                     std::span<const int32_t>(ids[i]).subspan(static_cast<size_t>(rank) * n, n),
-                     args.top_k, want_slots);
-      BENCH_CUDA(
-          cudaMemcpy(got_slots.data(), d_slots[i], sizeof(int32_t) * n, cudaMemcpyDeviceToHost));
-      ok &= got == want && got_slots == want_slots && planners[i].read_errors() == 0;
-    }
-    all_ok &= ok;
-    std::printf("  %4d %14.2f %14.2f %14.2f %14.2f %14.2f %12.2f %10.1f%s\n", P, t_plan.event_us,
-                t_plan.kernel_us, t_both.event_us, t_count.event_us, cpu, cpu / t_plan.event_us,
-                static_cast<double>(broadcasts) / num_inputs,
-                args.check ? (ok ? "  check ok" : "  CHECK FAILED") : "");
-    for (const Timing* t : {&t_plan, &t_warm}) {
-      std::printf(
-          "       %s: plan %.2f us (in-kernel %.2f): hist+candidates %.2f, placement+coloring "
-          "%.2f, repair set-up+modes %.2f, repair %.2f, output %.2f\n",
-          t == &t_plan ? "L2 flushed" : "L2 warm   ", t->event_us, t->kernel_us, t->stage_us[0],
-          t->stage_us[1], t->stage_us[2], t->stage_us[3], t->stage_us[4]);
-    }
-    char buf[1024];
-    std::snprintf(buf, sizeof(buf),
-                  "%s{\"ep\":%d,\"experts\":%d,\"slots\":%d,\"tokens\":%d,\"top_k\":%d,"
-                  "\"plan_us\":%.3f,\"plan_kernel_us\":%.3f,\"plan_rewrite_us\":%.3f,"
-                  "\"count_us\":%.3f,\"cpu_plan_us\":%.3f,\"stages_us\":[%.3f,%.3f,%.3f,%.3f,%.3f],"
-                  "\"plan_warm_us\":%.3f,\"plan_warm_kernel_us\":%.3f,"
-                  "\"warm_stages_us\":[%.3f,%.3f,%.3f,%.3f,%.3f],\"check\":%s}",
-                  json.size() > 1 ? "," : "", P, args.experts, args.slots, args.tokens, args.top_k,
-                  t_plan.event_us, t_plan.kernel_us, t_both.event_us, t_count.event_us, cpu,
-                  t_plan.stage_us[0], t_plan.stage_us[1], t_plan.stage_us[2], t_plan.stage_us[3],
-                  t_plan.stage_us[4], t_warm.event_us, t_warm.kernel_us, t_warm.stage_us[0],
-                  t_warm.stage_us[1], t_warm.stage_us[2], t_warm.stage_us[3], t_warm.stage_us[4],
-                  args.check ? (ok ? "true" : "false") : "null");
-    json += buf;
-
-    for (int i = 0; i < num_inputs; ++i) {
+      std::vector<cudaGraphExec_t> g_plan(num_inputs), g_both(num_inputs), g_count(num_inputs);
+      auto plan_work = [&](int i) { planners[i].plan(d_counts[i], d_plan[i], stream); };
+      auto both_work = [&](int i) {
+        planners[i].plan(d_counts[i], d_plan[i], stream);
+        planners[i].rewrite(d_ids[i], args.tokens, args.top_k, rank, d_counts[i], d_plan[i],
+                            d_slots[i], stream);
+      };
+      auto count_work = [&](int i) {
+        planners[i].count(d_ids[i], args.tokens, args.top_k, d_row[i], stream);
+      };
+      auto run = [&](std::vector<cudaGraphExec_t>& graphs, auto& direct) {
+        return [&](int i) {
+          if (args.graph) {
+            BENCH_CUDA(cudaGraphLaunch(graphs[i], stream));
+          } else {
+            direct(i);
+          }
+        };
+      };
+      // The planner-alone graphs record the in-kernel span; the others do not.
       if (args.graph) {
-        BENCH_CUDA(cudaGraphExecDestroy(g_plan[i]));
-        BENCH_CUDA(cudaGraphExecDestroy(g_both[i]));
-        BENCH_CUDA(cudaGraphExecDestroy(g_count[i]));
+        for (int i = 0; i < num_inputs; ++i) {
+          planners[i].set_plan_timer(timer);
+          g_plan[i] = make_graph(stream, [&] { plan_work(i); });
+          planners[i].set_plan_timer(nullptr);
+          if (!iser) g_both[i] = make_graph(stream, [&] { both_work(i); });
+          g_count[i] = make_graph(stream, [&] { count_work(i); });
+        }
       }
-      BENCH_CUDA(cudaFree(d_counts[i]));
-      BENCH_CUDA(cudaFree(d_plan[i]));
-      BENCH_CUDA(cudaFree(d_ids[i]));
-      BENCH_CUDA(cudaFree(d_slots[i]));
-      BENCH_CUDA(cudaFree(d_row[i]));
-    }
+      for (auto& planner : planners) planner.set_plan_timer(timer);
+      const Timing t_plan =
+          time_replays(args, num_inputs, stream, flush, flush_bytes, timer, run(g_plan, plan_work));
+      // Same replays with L2 left warm (the counts, the plan and the kernel's code stay cached).
+      const Timing t_warm =
+          time_replays(args, num_inputs, stream, flush, 0, timer, run(g_plan, plan_work));
+      for (auto& planner : planners) planner.set_plan_timer(nullptr);
+      // iser: no GPU rewrite of its plans (an expert may be broadcast twice).
+      const Timing t_both = iser ? Timing{}
+                                 : time_replays(args, num_inputs, stream, flush, flush_bytes,
+                                                nullptr, run(g_both, both_work));
+      const Timing t_count = time_replays(args, num_inputs, stream, flush, flush_bytes, nullptr,
+                                          run(g_count, count_work));
+
+      // CPU reference planner on the same counts (one core, workspace reused).
+      std::vector<double> cpu_us;
+      PlannerWorkspace ws;
+      Plan cpu_plan;
+      for (int j = 0; j < args.warmup + args.iters; ++j) {
+        const auto t0 = std::chrono::steady_clock::now();
+        cpu_planner(counts[j % num_inputs], ws, cpu_plan);
+        const auto t1 = std::chrono::steady_clock::now();
+        if (j >= args.warmup)
+          cpu_us.push_back(std::chrono::duration<double, std::micro>(t1 - t0).count());
+      }
+      const double cpu = median(cpu_us);
+
+      // Check: every input's GPU plan and slot ids equal the CPU's.
+      int broadcasts = 0;
+      bool ok = true;
+      BENCH_CUDA(cudaStreamSynchronize(stream));
+      for (int i = 0; i < num_inputs && args.check; ++i) {
+        Plan want;
+        cpu_planner(counts[i], ws, want);
+        const Plan got = download_plan(planners[i].layout(), d_plan[i]);
+        broadcasts += static_cast<int>(want.broadcasts.size());
+        if (iser) {
+          ok &= got == want;
+          continue;
+        }
+        std::vector<int32_t> want_slots(n), got_slots(n);
+        rewrite_tokens(topo, counts[i], want, rank,
+                       std::span<const int32_t>(ids[i]).subspan(static_cast<size_t>(rank) * n, n),
+                       args.top_k, want_slots);
+        BENCH_CUDA(
+            cudaMemcpy(got_slots.data(), d_slots[i], sizeof(int32_t) * n, cudaMemcpyDeviceToHost));
+        ok &= got == want && got_slots == want_slots && planners[i].read_errors() == 0;
+      }
+      all_ok &= ok;
+      char both[32] = "-";
+      if (!iser) std::snprintf(both, sizeof(both), "%.2f", t_both.event_us);
+      std::printf("  %4d %7s %14.2f %14.2f %14s %14.2f %14.2f %12.2f %10.1f%s\n", P, policy.c_str(),
+                  t_plan.event_us, t_plan.kernel_us, both, t_count.event_us, cpu,
+                  cpu / t_plan.event_us, static_cast<double>(broadcasts) / num_inputs,
+                  args.check ? (ok ? "  check ok" : "  CHECK FAILED") : "");
+      for (const Timing* t : {&t_plan, &t_warm}) {
+        std::printf(
+            "       %s: plan %.2f us (in-kernel %.2f): hist+candidates %.2f, placement+coloring "
+            "%.2f, repair set-up+modes %.2f, repair %.2f, output %.2f\n",
+            t == &t_plan ? "L2 flushed" : "L2 warm   ", t->event_us, t->kernel_us, t->stage_us[0],
+            t->stage_us[1], t->stage_us[2], t->stage_us[3], t->stage_us[4]);
+      }
+      char buf[1024];
+      std::snprintf(
+          buf, sizeof(buf),
+          "%s{\"ep\":%d,\"policy\":\"%s\",\"experts\":%d,\"slots\":%d,\"tokens\":%d,\"top_k\":%d,"
+          "\"plan_us\":%.3f,\"plan_kernel_us\":%.3f,\"plan_rewrite_us\":%.3f,"
+          "\"count_us\":%.3f,\"cpu_plan_us\":%.3f,\"stages_us\":[%.3f,%.3f,%.3f,%.3f,%.3f],"
+          "\"plan_warm_us\":%.3f,\"plan_warm_kernel_us\":%.3f,"
+          "\"warm_stages_us\":[%.3f,%.3f,%.3f,%.3f,%.3f],\"check\":%s}",
+          json.size() > 1 ? "," : "", P, policy.c_str(), args.experts, args.slots, args.tokens,
+          args.top_k, t_plan.event_us, t_plan.kernel_us, t_both.event_us, t_count.event_us, cpu,
+          t_plan.stage_us[0], t_plan.stage_us[1], t_plan.stage_us[2], t_plan.stage_us[3],
+          t_plan.stage_us[4], t_warm.event_us, t_warm.kernel_us, t_warm.stage_us[0],
+          t_warm.stage_us[1], t_warm.stage_us[2], t_warm.stage_us[3], t_warm.stage_us[4],
+          args.check ? (ok ? "true" : "false") : "null");
+      json += buf;
+
+      for (int i = 0; i < num_inputs; ++i) {
+        if (args.graph) {
+          BENCH_CUDA(cudaGraphExecDestroy(g_plan[i]));
+          if (!iser) BENCH_CUDA(cudaGraphExecDestroy(g_both[i]));
+          BENCH_CUDA(cudaGraphExecDestroy(g_count[i]));
+        }
+        BENCH_CUDA(cudaFree(d_counts[i]));
+        BENCH_CUDA(cudaFree(d_plan[i]));
+        BENCH_CUDA(cudaFree(d_ids[i]));
+        BENCH_CUDA(cudaFree(d_slots[i]));
+        BENCH_CUDA(cudaFree(d_row[i]));
+      }
+    }  // policies
   }
   json += "]\n";
   if (!args.json.empty()) {

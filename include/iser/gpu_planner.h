@@ -1,7 +1,8 @@
 // GPU planner (DESIGN §4, §9): count, HALO-Q planner and route-rewrite kernels behind one host
 // object. Every input and output lives in device memory; no call synchronises with the host, so
 // a whole invocation (count -> all-gather -> plan -> rewrite) can be captured in a CUDA graph.
-// The plans are bit-identical to the CPU reference planner (`plan_halo_q`, `rewrite_tokens`).
+// The plans are bit-identical to the CPU reference planner (`plan_halo_q`, `rewrite_tokens`; with
+// GpuPlannerOptions::iser, `plan_iser` without a previous plan).
 //
 // Errors: limits are checked on the host when the planner is built (iser::Error); everything
 // that can only be seen on the device (an expert id out of range, an invalid count matrix, an
@@ -49,6 +50,12 @@ struct GpuPlannerOptions {
   bool absorb = false;          // absorb: finer levels only when room >= give (else best room)
   bool owner_in_group = false;  // halo-q-owner-in: only the owner's own aligned group
   int32_t min_move = 0;         // skip replications moving fewer routes (cursor still advances)
+  // iser (issue 10): plan_iser's three candidate placements, the best kept, owner_home set;
+  // absorb / owner_in_group are ignored. Non-resident form only: the GPU planner has no previous
+  // plan, so it equals plan_iser with HaloQOptions::previous = nullptr. An expert may be
+  // broadcast more than once, which the GPU rewrite tables (one broadcast per expert) cannot
+  // express: rewrite() / rewrite_all() of an iser planner throw iser::Error (plans only).
+  bool iser = false;
 };
 
 // Flat plan layout in device memory: int32 words at these offsets. Header words, then
@@ -81,7 +88,8 @@ struct GpuPlanLayout {
 
   // Upper bound on broadcasts: every owner exports at most C = min(S, H), every rank receives at
   // most S and every group has at least the finest group size.
-  static GpuPlanLayout make(const Topology& topo);
+  // iser: an owner may export one expert more than once, so the owner cap is P * S.
+  static GpuPlanLayout make(const Topology& topo, bool iser = false);
 
   constexpr int loads() const { return kHeaderWords; }
   constexpr int broadcasts() const { return loads() + num_ranks; }

@@ -33,13 +33,13 @@ std::string describe_gpu_status(uint32_t status) {
   return text;
 }
 
-GpuPlanLayout GpuPlanLayout::make(const Topology& topo) {
+GpuPlanLayout GpuPlanLayout::make(const Topology& topo, bool iser) {
   GpuPlanLayout layout;
   layout.num_ranks = topo.num_ranks;
   layout.num_experts = topo.num_experts;
   layout.num_slots = topo.num_slots;
   const int finest = topo.group_size(topo.num_levels() - 1);
-  const int by_owner = topo.num_ranks * topo.max_exports_per_owner();
+  const int by_owner = topo.num_ranks * (iser ? topo.num_slots : topo.max_exports_per_owner());
   const int by_slots = topo.num_ranks * topo.num_slots / std::max(finest, 1);
   layout.max_broadcasts = std::max(1, std::min(by_owner, by_slots));
   return layout;
@@ -172,7 +172,7 @@ GpuPlanner::GpuPlanner(const Topology& topo, int max_routes_per_rank,
   try {
     Impl& d = *impl_;
     d.topo = topo;
-    d.layout = GpuPlanLayout::make(topo);
+    d.layout = GpuPlanLayout::make(topo, options.iser);
     d.options = options;
     d.max_routes = max_routes_per_rank;
     d.max_rows = max_rows;
@@ -188,6 +188,7 @@ GpuPlanner::GpuPlanner(const Topology& topo, int max_routes_per_rank,
     plan_params.num_experts = E;
     plan_params.num_slots = S;
     plan_params.max_broadcasts = d.layout.max_broadcasts;
+    plan_params.iser = options.iser;
     d.plan_smem = cuda::plan_smem_bytes(plan_params);
     cuda::RewriteParams rewrite_params;
     rewrite_params.max_broadcasts = d.layout.max_broadcasts;
@@ -291,6 +292,11 @@ void GpuPlanner::plan(const int32_t* counts, int32_t* plans, CUstream_st* stream
   p.owner_home = d.options.owner_home;
   p.absorb = d.options.absorb;
   p.owner_in_group = d.options.owner_in_group;
+  p.iser = d.options.iser;
+  if (p.iser) {  // plan_iser runs HALO-Q's reference placement as one of its candidates
+    p.absorb = false;
+    p.owner_in_group = false;
+  }
   ISER_CUDA_CHECK(static_cast<cudaError_t>(cuda::launch_plan(p, stream)));
 }
 
@@ -320,12 +326,20 @@ void launch_rewrite_rows(const GpuPlanner& planner, int max_broadcasts, const in
   ISER_CUDA_CHECK(static_cast<cudaError_t>(cuda::launch_rewrite(p, stream)));
 }
 
+// The rewrite tables hold one broadcast per expert; an iser plan may broadcast one twice.
+void check_rewrite_supported(const GpuPlannerOptions& options) {
+  ISER_CHECK(!options.iser,
+             "GPU rewrite: options.iser is set, and iser plans may broadcast an expert twice, "
+             "which the GPU rewrite does not support (use rewrite_tokens on the host)");
+}
+
 }  // namespace
 
 void GpuPlanner::rewrite(const int32_t* topk_ids, int num_tokens, int top_k, int rank_idx,
                          const int32_t* counts, const int32_t* plan, int32_t* slot_ids,
                          CUstream_st* stream) {
   const Impl& d = *impl_;
+  check_rewrite_supported(d.options);
   const int64_t routes = static_cast<int64_t>(num_tokens) * top_k;
   ISER_CHECK(rank_idx >= 0 && rank_idx < d.topo.num_ranks, "GPU rewrite: rank {} outside [0, {})",
              rank_idx, d.topo.num_ranks);
@@ -342,6 +356,7 @@ void GpuPlanner::rewrite_all(const int32_t* topk_ids, int num_tokens, int top_k,
                              const int32_t* counts, const int32_t* plans, int num_plans,
                              int32_t* slot_ids, CUstream_st* stream) {
   const Impl& d = *impl_;
+  check_rewrite_supported(d.options);
   const int64_t routes = static_cast<int64_t>(num_tokens) * top_k;
   const int64_t rows = static_cast<int64_t>(num_plans) * d.topo.num_ranks;
   ISER_CHECK(num_plans >= 1 && routes == d.counted_routes && rows == d.counted_rows,

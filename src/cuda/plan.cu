@@ -12,7 +12,7 @@ PlanSmem plan_smem_layout(const PlanParams& params) {
                     ? params.num_slots
                     : params.num_experts / params.num_ranks;
   return PlanSmem::make(params.num_ranks, params.num_experts, C, params.max_broadcasts,
-                        params.num_slots);
+                        params.num_slots, params.iser);
 }
 
 }  // namespace

@@ -1,6 +1,7 @@
 // HALO-Q planner kernel (DESIGN §4.1-§4.4, §4.6): the all-gathered counts [P][E] -> one plan in
-// the GpuPlanLayout, on one CTA per plan. Decisions are identical to the CPU reference planner
-// (src/core/planner): same int32 arithmetic, same ties, same pass budget.
+// the GpuPlanLayout, on one CTA per plan; PlanParams::iser swaps stage 2 for plan_iser's
+// placement (plan_iser.cuh), the other stages unchanged. Decisions are identical to the CPU
+// reference planner (src/core/planner): same int32 arithmetic, same ties, same pass budget.
 //
 // Stages and who runs them:
 //   1 hist, loads, T                    all threads: column sums in registers, coalesced
@@ -35,12 +36,16 @@ struct PlanConfig {
 };
 
 // Shared-memory layout of the plan kernel, in int32 words (made on the host, a kernel argument).
+// The arrays of one candidate placement (loads, broadcasts, quotas) form one block of
+// buffer_words words; iser plans up to three candidates in two such blocks (the kept one and the
+// challenger), so a second block follows the first.
 struct PlanSmem {
-  int hist, expert_broadcast, candidates, load, home_load, recv_used, send_used, next_candidate,
-      frozen, prefix, share, used, b_expert, b_owner, b_level, b_begin, b_size, b_helper, b_mode,
-      b_quota_offset, order, quota, own, scalars, total;
+  int hist, candidates, home_load, recv_used, send_used, next_candidate, frozen, prefix, share,
+      used, load, expert_broadcast, b_expert, b_owner, b_level, b_begin, b_size, b_helper, b_mode,
+      b_quota_offset, b_link, quota, buffer_words, order, own, left, spent, cold_prefix, scalars,
+      total;
 
-  static PlanSmem make(int P, int E, int C, int max_broadcasts, int S) {
+  static PlanSmem make(int P, int E, int C, int max_broadcasts, int S, bool iser = false) {
     PlanSmem s{};
     const int quota_cap = P * S + max_broadcasts;
     int at = 0;
@@ -50,9 +55,7 @@ struct PlanSmem {
       return begin;
     };
     s.hist = take(E);
-    s.expert_broadcast = take(E);
     s.candidates = take(P * C);
-    s.load = take(P);
     s.home_load = take(P);
     s.recv_used = take(P);
     s.send_used = take(P);
@@ -61,6 +64,10 @@ struct PlanSmem {
     s.prefix = take(P + 1);
     s.share = take(P);
     s.used = take(P);
+    // ---- one candidate placement (State::use_buffer) ----
+    const int buffer_begin = at;
+    s.load = take(P);
+    s.expert_broadcast = take(E);
     // NOTE: b_expert .. b_mode stay consecutive, equal-sized and in BroadcastField order: the
     // output stage reads broadcast field f at b_expert + f * (b_owner - b_expert).
     s.b_expert = take(max_broadcasts);
@@ -71,9 +78,15 @@ struct PlanSmem {
     s.b_helper = take(max_broadcasts);
     s.b_mode = take(max_broadcasts);
     s.b_quota_offset = take(max_broadcasts);
-    s.order = take(max_broadcasts);
+    s.b_link = take(iser ? max_broadcasts : 0);  // iser: previous broadcast of the same expert
     s.quota = take(quota_cap);
+    s.buffer_words = at - buffer_begin;
+    if (iser) take(s.buffer_words);  // the second candidate block
+    s.order = take(max_broadcasts);
     s.own = take(quota_cap);
+    s.left = take(iser ? E : 0);             // iser: routes of each expert its owner still computes
+    s.spent = take(iser ? E : 0);            // iser: expert found no room (skipped for this owner)
+    s.cold_prefix = take(iser ? P + 1 : 0);  // iser: prefix of cold ranks (load < water)
     s.scalars = take(8);
     s.total = at;
     return s;
@@ -158,10 +171,33 @@ struct State {
   int32_t* b_helper;
   int32_t* b_mode;
   int32_t* b_quota_offset;
+  int32_t* b_link;  // iser: previous broadcast of the same expert, -1 = none
   int32_t* order;
   int32_t* quota;  // compact: members of the group, then the owner when outside it
   int32_t* own;    // c[r][e_b] per compact entry
   int32_t* scalars;
+  int32_t* left;          // iser: [E] routes the owner still computes
+  int32_t* spent;         // iser: [E] 1 when no group had room for the expert
+  uint32_t* cold_prefix;  // iser: [P + 1] inclusive prefix of cold ranks
+  int buffer_words;
+
+  // Moves the views of one candidate placement's arrays (loads, broadcasts, quotas) by `delta`
+  // candidate blocks (PlanSmem::buffer_words each).
+  __device__ __forceinline__ void use_buffer(int delta) {
+    const int w = delta * buffer_words;
+    load += w;
+    expert_broadcast += w;
+    b_expert += w;
+    b_owner += w;
+    b_level += w;
+    b_begin += w;
+    b_size += w;
+    b_helper += w;
+    b_mode += w;
+    b_quota_offset += w;
+    b_link += w;
+    quota += w;
+  }
 
   // Compact quota index of rank r in broadcast b, -1 when r is not a host.
   __device__ __forceinline__ int host_index(int b, int r) const {
@@ -609,6 +645,12 @@ __device__ __forceinline__ void trade_pair_registers(const State& st,
 
 }  // namespace plan_detail
 
+}  // namespace iser::cuda
+
+#include "cuda/plan_iser.cuh"
+
+namespace iser::cuda {
+
 __global__ void __launch_bounds__(PlanConfig::kThreads, 1)
     plan_kernel(const PlanParams p, const PlanSmem lay) {
   using namespace plan_detail;
@@ -652,6 +694,11 @@ __global__ void __launch_bounds__(PlanConfig::kThreads, 1)
   st.b_helper = smem + lay.b_helper;
   st.b_mode = smem + lay.b_mode;
   st.b_quota_offset = smem + lay.b_quota_offset;
+  st.b_link = smem + lay.b_link;
+  st.left = smem + lay.left;
+  st.spent = smem + lay.spent;
+  st.cold_prefix = reinterpret_cast<uint32_t*>(smem + lay.cold_prefix);
+  st.buffer_words = lay.buffer_words;
   st.order = smem + lay.order;
   st.quota = smem + lay.quota;
   st.own = smem + lay.own;
@@ -750,7 +797,7 @@ __global__ void __launch_bounds__(PlanConfig::kThreads, 1)
   if (warp == 0) {
     int num_broadcasts = 0;
     if (st.scalars[kStatusWord] == 0) {
-      num_broadcasts = place(st, p, T, lane);
+      num_broadcasts = p.iser ? place_iser(st, p, T, lane) : place(st, p, T, lane);
       color(st, num_broadcasts, lane);
     }
     if (lane == 0) st.scalars[kNumBroadcastsWord] = num_broadcasts;
@@ -760,6 +807,10 @@ __global__ void __launch_bounds__(PlanConfig::kThreads, 1)
   stamp(2);
 
   // ---- repair prep and stage 6 (transport modes), all threads --------------------------------
+  if (p.iser) {  // left[] now sums each expert's quotas over its broadcasts (output check)
+#pragma unroll 1
+    for (int e = tid; e < E; e += PlanConfig::kThreads) st.left[e] = 0;
+  }
 #pragma unroll 1
   for (int b = warp; b < B; b += PlanConfig::kWarps) {
     const int entries = st.b_size[b] + (st.owner_in_group(b) ? 0 : 1);
@@ -883,19 +934,30 @@ __global__ void __launch_bounds__(PlanConfig::kThreads, 1)
       demand_carry += __shfl_sync(PlanConfig::kFullMask, demand_incl, 31);
       quota_sum += __reduce_add_sync(PlanConfig::kFullMask, q);
     }
-    broken = __any_sync(PlanConfig::kFullMask, broken) || quota_sum != st.hist[expert];
+    // iser may broadcast an expert more than once: its quotas sum to hist over all of them.
+    broken = __any_sync(PlanConfig::kFullMask, broken) || (!p.iser && quota_sum != st.hist[expert]);
+    if (p.iser && lane == 0) atomicAdd(&st.left[expert], quota_sum);
     if (broken && lane == 0) {
       atomicOr(reinterpret_cast<unsigned*>(&st.scalars[kStatusWord]), kGpuPlanInvariant);
     }
   }
   __syncthreads();
+  if (p.iser) {
+#pragma unroll 1
+    for (int e = tid; e < E; e += PlanConfig::kThreads) {
+      if (st.expert_broadcast[e] >= 0 && st.left[e] != st.hist[e]) {
+        atomicOr(reinterpret_cast<unsigned*>(&st.scalars[kStatusWord]), kGpuPlanInvariant);
+      }
+    }
+    __syncthreads();
+  }
   const int status = st.scalars[kStatusWord];
   const int num_out = status == 0 ? B : 0;  // a failed plan moves nothing
   if (tid == 0) {
     plan[GpuPlanLayout::kStatus] = status;
     plan[GpuPlanLayout::kTarget] = T;
     plan[GpuPlanLayout::kNumBroadcasts] = num_out;
-    plan[GpuPlanLayout::kFlags] = p.owner_home ? 1 : 0;
+    plan[GpuPlanLayout::kFlags] = p.owner_home || p.iser ? 1 : 0;
     plan[GpuPlanLayout::kNumRanks] = P;
     plan[GpuPlanLayout::kNumExperts] = E;
     plan[GpuPlanLayout::kNumSlots] = st.S;

@@ -47,6 +47,7 @@ struct PlanParams {
   bool owner_home = false;
   bool absorb = false;
   bool owner_in_group = false;
+  bool iser = false;  // plan_iser (non-resident): needs the extra shared arrays of PlanSmem
 };
 // Dynamic shared memory the plan kernel needs for these parameters (bytes).
 int plan_smem_bytes(const PlanParams& params);
