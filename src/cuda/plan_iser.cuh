@@ -12,6 +12,8 @@
 // the warp helpers defined there). All of it runs on warp 0.
 #pragma once
 
+#include "cuda/plan_stages.cuh"
+
 namespace iser::cuda::plan_detail {
 
 // Room-aware scans: prefix[r + 1] = Σ_{r' <= r} (room << 7 | no free helper slot), room =
