@@ -21,8 +21,8 @@
 // no unrolling say `#pragma unroll 1`, and the rare general repair path is out of line.
 #pragma once
 
-#include "cuda/plan_stages.cuh"
 #include "cuda/plan_iser.cuh"
+#include "cuda/plan_stages.cuh"
 
 namespace iser::cuda {
 
