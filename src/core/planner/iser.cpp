@@ -189,45 +189,20 @@ void place_room_aware(const Topology& topo, const HaloQOptions& options, int32_t
     }
 
     const int size = topo.group_size(g.level);
-    int num_members = 0;
-    for (int m = g.begin; m < g.begin + size; ++m) {
-      if (m != o) ws.members[num_members++] = m;
-    }
-    std::sort(ws.members.begin(), ws.members.begin() + num_members,
-              [&](int32_t a, int32_t b) { return L[a] != L[b] ? L[a] < L[b] : a < b; });
     if (plan.broadcasts.size() <= num_broadcasts) plan.broadcasts.emplace_back();
     Broadcast& b = plan.broadcasts[num_broadcasts];
-    b.quota.assign(P, 0);
-    int32_t remaining = give;
-    for (int i = 0; i < num_members && remaining > 0; ++i) {
-      const int32_t m = ws.members[i];
-      if (L[m] >= T) break;
-      const int32_t take = std::min(T - L[m], remaining);
-      b.quota[m] = take;
-      remaining -= take;
-    }
-    const int32_t moved = give - remaining;
+    const int32_t moved =
+        fill_quotas_coldest_first(topo, g.level, g.begin, o, T, give, L, ws, b.quota);
     if (moved <= 0 ||
         (moved < options.min_move && !matches_previous(options, e, g.level, g.begin, size))) {
       ws.next_candidate[e] = 1;
       continue;
     }
-    b.expert = e;
-    b.owner = o;
-    b.level = g.level;
-    b.group_begin = g.begin;
-    b.group_size = size;
-    b.helper = 0;
-    b.mode = TransportMode::kOwnerDirect;
-    b.resident = false;
     share[e] -= moved;
     if (latest[e] >= 0) plan.broadcasts[latest[e]].quota[o] = 0;
     b.quota[o] = share[e];
     latest[e] = static_cast<int32_t>(num_broadcasts);
-    for (int m = g.begin; m < g.begin + size; ++m) {
-      ++ws.recv_used[m];
-      if (m != o) L[m] += b.quota[m];
-    }
+    commit_broadcast(topo, e, o, g.level, g.begin, ws, L, b);
     ++ws.send_used[o];
     L[o] -= moved;
     ++num_broadcasts;

@@ -176,6 +176,48 @@ void place_broadcasts(const Topology& topo, const CountMatrix& counts, const Hal
   place_prepared(topo, options, ws, plan);
 }
 
+int32_t fill_quotas_coldest_first(const Topology& topo, int32_t level, int32_t group_begin,
+                                  int32_t owner, int32_t water, int32_t give,
+                                  const std::vector<int32_t>& loads, PlannerWorkspace& ws,
+                                  std::vector<int32_t>& quota) {
+  const int size = topo.group_size(level);
+  int num_members = 0;
+  for (int m = group_begin; m < group_begin + size; ++m) {
+    if (m != owner) ws.members[num_members++] = m;
+  }
+  std::sort(ws.members.begin(), ws.members.begin() + num_members, [&](int32_t a, int32_t b) {
+    return loads[a] != loads[b] ? loads[a] < loads[b] : a < b;
+  });
+  quota.assign(topo.num_ranks, 0);
+  int32_t remaining = give;
+  for (int i = 0; i < num_members && remaining > 0; ++i) {
+    const int32_t m = ws.members[i];
+    if (loads[m] >= water) break;  // sorted by load: every later member is at or above it too
+    const int32_t take = std::min(water - loads[m], remaining);
+    quota[m] = take;
+    remaining -= take;
+  }
+  return give - remaining;
+}
+
+void commit_broadcast(const Topology& topo, int32_t expert, int32_t owner, int32_t level,
+                      int32_t group_begin, PlannerWorkspace& ws, std::vector<int32_t>& loads,
+                      Broadcast& b) {
+  const int32_t size = topo.group_size(level);
+  b.expert = expert;
+  b.owner = owner;
+  b.level = level;
+  b.group_begin = group_begin;
+  b.group_size = size;
+  b.helper = 0;
+  b.mode = TransportMode::kOwnerDirect;
+  b.resident = false;
+  for (int m = group_begin; m < group_begin + size; ++m) {
+    ++ws.recv_used[m];
+    if (m != owner) loads[m] += b.quota[m];
+  }
+}
+
 void place_prepared(const Topology& topo, const HaloQOptions& options, PlannerWorkspace& ws,
                     Plan& plan) {
   const int P = topo.num_ranks;
@@ -231,46 +273,21 @@ void place_prepared(const Topology& topo, const HaloQOptions& options, PlannerWo
       continue;
     }
 
-    // Members other than the owner, coldest first by the loads before this step.
-    const int size = topo.group_size(g.level);
-    int num_members = 0;
-    for (int m = g.begin; m < g.begin + size; ++m) {
-      if (m != o) ws.members[num_members++] = m;
-    }
-    std::sort(ws.members.begin(), ws.members.begin() + num_members,
-              [&](int32_t a, int32_t b) { return L[a] != L[b] ? L[a] < L[b] : a < b; });
-    int32_t remaining = give;
     // Quotas are written straight into the next broadcast; it is committed only if it moves.
     if (plan.broadcasts.size() <= num_broadcasts) plan.broadcasts.emplace_back();
     Broadcast& b = plan.broadcasts[num_broadcasts];
-    b.quota.assign(P, 0);
-    for (int i = 0; i < num_members && remaining > 0; ++i) {
-      const int32_t m = ws.members[i];
-      if (L[m] >= T) break;  // sorted by load: every later member is at or above T too
-      const int32_t take = std::min(T - L[m], remaining);
-      b.quota[m] = take;
-      remaining -= take;
-    }
-    const int32_t moved = give - remaining;
+    const int32_t moved =
+        fill_quotas_coldest_first(topo, g.level, g.begin, o, T, give, L, ws, b.quota);
     if (moved <= 0) {
       ws.frozen[o] = 1;
       continue;
     }
-    if (moved < options.min_move && !matches_previous(options, e, g.level, g.begin, size)) continue;
-
-    b.expert = e;
-    b.owner = o;
-    b.level = g.level;
-    b.group_begin = g.begin;
-    b.group_size = size;
-    b.helper = 0;
-    b.mode = TransportMode::kOwnerDirect;
-    b.resident = false;
-    b.quota[o] = mass - moved;
-    for (int m = g.begin; m < g.begin + size; ++m) {
-      ++ws.recv_used[m];
-      if (m != o) L[m] += b.quota[m];
+    if (moved < options.min_move &&
+        !matches_previous(options, e, g.level, g.begin, topo.group_size(g.level))) {
+      continue;
     }
+    b.quota[o] = mass - moved;
+    commit_broadcast(topo, e, o, g.level, g.begin, ws, L, b);
     ++ws.send_used[o];
     L[o] -= moved;
     ++num_broadcasts;

@@ -2,6 +2,7 @@
 #pragma once
 
 #include <cstdint>
+#include <vector>
 
 #include "iser/counts.h"
 #include "iser/plan.h"
@@ -19,6 +20,22 @@ int32_t prepare_loads(const Topology& topo, const CountMatrix& counts, PlannerWo
 // there would be resident (no bytes move), so min_move does not apply to it.
 bool matches_previous(const HaloQOptions& options, int32_t expert, int32_t level,
                       int32_t group_begin, int32_t group_size);
+
+// The quota fill of a placement step (§4.2): the members of the aligned group (level,
+// group_begin) other than the owner, coldest first by `loads` before this step (ties: lower rank),
+// each take min(water - load, remaining) until `give` is used up. Writes `quota` (P entries, the
+// owner's left 0) and returns the routes moved. Uses ws.members as scratch.
+int32_t fill_quotas_coldest_first(const Topology& topo, int32_t level, int32_t group_begin,
+                                  int32_t owner, int32_t water, int32_t give,
+                                  const std::vector<int32_t>& loads, PlannerWorkspace& ws,
+                                  std::vector<int32_t>& quota);
+
+// Commits a placed broadcast: its fields (owner-direct, helper 0 until coloring, not resident),
+// one received slot on every member, and the members' quotas added to their loads (the owner's
+// load is the caller's: HALO-Q and iser account for it differently).
+void commit_broadcast(const Topology& topo, int32_t expert, int32_t owner, int32_t level,
+                      int32_t group_begin, PlannerWorkspace& ws, std::vector<int32_t>& loads,
+                      Broadcast& b);
 
 // HALO-Q placement (§4.2) after prepare_loads: ws.hist and plan.{target, loads = home loads}
 // must be set; appends the broadcasts to `plan`.
