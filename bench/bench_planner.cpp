@@ -37,22 +37,11 @@ const std::vector<CountMatrix>& counts_for(int num_ranks) {
   return sets;
 }
 
-void BM_HaloQ(benchmark::State& state) {
-  const int P = static_cast<int>(state.range(0));
-  const auto topo = Topology::make(P, kExperts, kSlots);
-  const auto& sets = counts_for(P);
-  PlannerWorkspace ws;
-  Plan plan;
-  size_t i = 0;
-  for (auto _ : state) {
-    plan_halo_q(topo, sets[i++ % sets.size()], {}, ws, plan);
-    benchmark::DoNotOptimize(plan.broadcasts.data());
-  }
-  state.counters["plans/s"] =
-      benchmark::Counter(static_cast<double>(state.iterations()), benchmark::Counter::kIsRate);
-}
+// One planner entry point (plan_halo_q or plan_iser) with a reused workspace and plan.
+using PlannerFn = void (*)(const Topology&, const CountMatrix&, const HaloQOptions&,
+                           PlannerWorkspace&, Plan&);
 
-void BM_Iser(benchmark::State& state) {
+void BM_Planner(benchmark::State& state, PlannerFn planner) {
   const int P = static_cast<int>(state.range(0));
   const auto topo = Topology::make(P, kExperts, kSlots);
   const auto& sets = counts_for(P);
@@ -60,7 +49,7 @@ void BM_Iser(benchmark::State& state) {
   Plan plan;
   size_t i = 0;
   for (auto _ : state) {
-    plan_iser(topo, sets[i++ % sets.size()], {}, ws, plan);
+    planner(topo, sets[i++ % sets.size()], {}, ws, plan);
     benchmark::DoNotOptimize(plan.broadcasts.data());
   }
   state.counters["plans/s"] =
@@ -99,8 +88,8 @@ void ep_degrees(benchmark::internal::Benchmark* b) {
   for (const int p : {8, 16, 32, 64}) b->Arg(p);
 }
 
-BENCHMARK(BM_HaloQ)->Apply(ep_degrees)->Name("plan_halo_q");
-BENCHMARK(BM_Iser)->Apply(ep_degrees)->Name("plan_iser");
+BENCHMARK_CAPTURE(BM_Planner, halo_q, &plan_halo_q)->Apply(ep_degrees)->Name("plan_halo_q");
+BENCHMARK_CAPTURE(BM_Planner, iser, &plan_iser)->Apply(ep_degrees)->Name("plan_iser");
 BENCHMARK_CAPTURE(BM_Policy, none, "none")->Apply(ep_degrees)->Name("policy_none");
 BENCHMARK_CAPTURE(BM_Policy, halo_q, "halo-q")->Apply(ep_degrees)->Name("policy_halo_q");
 BENCHMARK(BM_RewriteFlows)->Apply(ep_degrees)->Name("rewrite_flows");
