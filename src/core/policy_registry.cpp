@@ -16,7 +16,7 @@ struct PolicyEntry {
 };
 
 const std::vector<PolicyEntry>& registry() {
-  static const std::vector<PolicyEntry> entries = {
+  static const std::vector<PolicyEntry> kEntries = {
       {"none", make_none_policy},
       {"oracle", make_oracle_policy},
       {"halo-q", make_halo_q_policy},
@@ -32,7 +32,7 @@ const std::vector<PolicyEntry>& registry() {
       {"p2p", make_p2p_policy},
       {"p2p-limited", make_p2p_limited_policy},
   };
-  return entries;
+  return kEntries;
 }
 
 }  // namespace
@@ -50,8 +50,9 @@ std::unique_ptr<Policy> make_policy(std::string_view name, const Topology& topo,
                                [&](const PolicyEntry& e) { return name == e.name; });
   if (it == entries.end()) {
     std::string known;
-    for (const auto& entry : entries)
+    for (const auto& entry : entries) {
       known += (known.empty() ? "" : ", ") + std::string(entry.name);
+    }
     throw Error(fmt::format("unknown policy '{}' (known: {})", name, known));
   }
   return it->make(topo, options);

@@ -59,8 +59,9 @@ std::string replay_to_json(const ReplayResult& result, int indent) {
         {"per_layer_mean_r", s.per_layer_mean_r},
     });
   }
-  if (c.projection)
+  if (c.projection) {
     config["projection"] = nlohmann::json::parse(model::layer_time_fit_json(*c.projection));
+  }
   const nlohmann::json root = {{"config", config}, {"trace", trace}, {"results", results}};
   return root.dump(indent);
 }

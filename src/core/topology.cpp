@@ -27,6 +27,7 @@ int Topology::num_levels() const {
 
 std::vector<int> Topology::group_sizes() const {
   std::vector<int> sizes;
+  sizes.reserve(static_cast<size_t>(num_levels()));
   for (int level = 0; level < num_levels(); ++level) sizes.push_back(group_size(level));
   return sizes;
 }

@@ -103,8 +103,9 @@ std::vector<std::string> validate_plan(const Topology& topo, const CountMatrix& 
   int64_t total = 0;
   for (const int64_t h : hist) total += h;
   const int64_t target = (total + P - 1) / P;
-  if (plan.target != target)
+  if (plan.target != target) {
     v.add("plan target T = {}, expected ceil({}/{}) = {}", plan.target, total, P, target);
+  }
 
   const int max_exports = options.max_exports_per_owner < 0 ? topo.max_exports_per_owner()
                                                             : options.max_exports_per_owner;

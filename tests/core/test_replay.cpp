@@ -38,8 +38,9 @@ class FixedSource final : public RoutingSource {
     for (int64_t t = 0; t < static_cast<int64_t>(p) * tau; ++t) {
       const int64_t global = iteration * p * tau + t;
       ids[t * k] = static_cast<int32_t>((global * 7 + layer) % 4);  // hot: experts 0..3
-      for (int c = 1; c < k; ++c)
-        ids[t * k + c] = static_cast<int32_t>(4 + (global * 13 + c * 5) % (e - 4));
+      for (int c = 1; c < k; ++c) {
+        ids[t * k + c] = static_cast<int32_t>(4 + (global * 13 + int64_t{c} * 5) % (e - 4));
+      }
     }
     return ids;
   }

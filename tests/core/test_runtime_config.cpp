@@ -113,15 +113,15 @@ TEST(RuntimeConfig, RegionLayoutIsAlignedAndDisjoint) {
   c.num_banks = 2;
   const runtime::RegionLayout l = runtime::make_region_layout(c);
   EXPECT_EQ(l.count_row(1, 3) - l.count_rows, (1 * 4 + 3) * 16 * 4);
-  EXPECT_GE(l.count_flags, l.count_row(1, 3) + 16 * 4);
-  EXPECT_GE(l.ready_flags, l.count_flags + 4 * 8);
-  EXPECT_GE(l.consumed_flags, l.ready_flags + 4 * 8);
-  EXPECT_GE(l.home, l.consumed_flags + 4 * 8);
+  EXPECT_GE(l.count_flags, l.count_row(1, 3) + int64_t{16} * 4);
+  EXPECT_GE(l.ready_flags, l.count_flags + int64_t{4} * 8);
+  EXPECT_GE(l.consumed_flags, l.ready_flags + int64_t{4} * 8);
+  EXPECT_GE(l.home, l.consumed_flags + int64_t{4} * 8);
   EXPECT_EQ(l.home % kSlotAlignment, 0);
-  EXPECT_EQ(l.home_slot(2, 3), l.home + (2 * 4 + 3) * 53248);
-  EXPECT_EQ(l.helper, l.home + 3 * 4 * 53248);
-  EXPECT_EQ(l.helper_slot(1, 1), l.helper + 3 * 53248);
-  EXPECT_GE(l.total, l.helper + 2 * 2 * 53248);
+  EXPECT_EQ(l.home_slot(2, 3), l.home + (int64_t{2} * 4 + 3) * 53248);
+  EXPECT_EQ(l.helper, l.home + int64_t{3} * 4 * 53248);
+  EXPECT_EQ(l.helper_slot(1, 1), l.helper + int64_t{3} * 53248);
+  EXPECT_GE(l.total, l.helper + int64_t{2} * 2 * 53248);
   EXPECT_EQ(l.total % (2 << 20), 0);
 }
 
@@ -153,7 +153,8 @@ TEST(Multicast, AddressArithmetic) {
   const runtime::RegionLayout l = runtime::make_region_layout(c);
   for (int bank = 0; bank < 2; ++bank) {
     for (int h = 0; h < 2; ++h) {
-      EXPECT_EQ(multicast_offset(c, bank, h, 3), l.helper_slot(bank, h) - l.helper + 3 * 8192);
+      EXPECT_EQ(multicast_offset(c, bank, h, 3),
+                l.helper_slot(bank, h) - l.helper + int64_t{3} * 8192);
     }
   }
   expect_error([&] { multicast_offset(c, 0, 0, 7); }, "slice = 7");

@@ -57,8 +57,9 @@ double parse_quantity(const std::string& text, std::string_view flag,
     if (unit == name) multiplier = factor;
   }
   std::string known;
-  for (const auto& [name, factor] : units)
+  for (const auto& [name, factor] : units) {
     known += fmt::format("{}{}", known.empty() ? "" : ", ", name);
+  }
   ISER_CHECK(multiplier > 0, "invalid {} '{}': unknown unit '{}' (known: {})", flag, text, unit,
              known);
   const double value = number * multiplier;

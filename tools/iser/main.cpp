@@ -7,6 +7,7 @@
 #include "commands.h"
 #include "iser/error.h"
 
+// NOLINTNEXTLINE(bugprone-exception-escape): only a failing stderr write can escape the handlers.
 int main(int argc, char** argv) {
   CLI::App app{"iser: plan, measure and model per-invocation expert replication (ISER-MoE)"};
   app.require_subcommand(1);

@@ -48,8 +48,9 @@ void expect_dtype(const SafetensorsView& view, const TensorInfo& t,
                   std::initializer_list<DType> allowed) {
   const bool ok = std::find(allowed.begin(), allowed.end(), t.dtype) != allowed.end();
   std::string names;
-  for (const DType d : allowed)
+  for (const DType d : allowed) {
     names += fmt::format("{}{}", names.empty() ? "" : "/", trace::dtype_name(d));
+  }
   ISER_CHECK(ok, "{}: tensor '{}' has dtype {}, expected {}", view.name, t.name, t.dtype_name,
              names);
 }
@@ -84,14 +85,12 @@ TraceData read_canonical(const SafetensorsView& view, const TraceOptions& option
   TraceData data;
   std::vector<std::string> kinds;
   for (const auto& t : view.tensors) {
-    if (t.name == kTopkIds) {
+    if (t.name == kTopkIds || t.name == kIterationCounts || t.name == kIterationRankCounts) {
       kinds.push_back(t.name);
     } else if (is_histogram_name(t.name)) {
       if (std::find(kinds.begin(), kinds.end(), "expert_counts") == kinds.end()) {
         kinds.emplace_back("expert_counts");
       }
-    } else if (t.name == kIterationCounts || t.name == kIterationRankCounts) {
-      kinds.push_back(t.name);
     } else if (t.name != kRequestId) {
       throw Error(fmt::format("{}: unexpected tensor '{}' in a canonical trace", name, t.name));
     }
@@ -259,8 +258,9 @@ void TraceData::validate(std::string_view what) const {
                  m.num_tokens);
       for (size_t i = 0; i < topk_ids.size(); ++i) {
         const int32_t v = topk_ids[i];
-        if (v >= -1 && v < E) [[likely]]
+        if (v >= -1 && v < E) [[likely]] {
           continue;
+        }
         const int64_t per_layer = m.num_tokens * m.top_k;
         throw Error(fmt::format("{}: topk_ids[{}, {}, {}] = {} outside [-1, {}) (num_experts = {})",
                                 what, static_cast<int64_t>(i) / per_layer,

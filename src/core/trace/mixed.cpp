@@ -144,8 +144,9 @@ class MixedSource final : public RoutingSource {
       Xoshiro256 req_rng(mix_seed(seed_, kRequestTag, static_cast<uint64_t>(block)));
       for (int64_t t = 0; t < kBlock;) {
         const int64_t len =
-            params_.min_request + static_cast<int64_t>(req_rng.below(static_cast<uint64_t>(
-                                      params_.max_request - params_.min_request + 1)));
+            params_.min_request +
+            static_cast<int64_t>(req_rng.below(static_cast<uint64_t>(params_.max_request) -
+                                               static_cast<uint64_t>(params_.min_request) + 1));
         const auto w = static_cast<uint8_t>(draw_workload(req_rng, start + t));
         for (const int64_t end = std::min(kBlock, t + len); t < end; ++t) workload[t] = w;
       }

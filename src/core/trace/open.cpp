@@ -110,12 +110,12 @@ std::unique_ptr<RoutingSource> open_trace(const std::filesystem::path& path,
 
 std::filesystem::path bundled_default_trace() {
   if (const char* env = std::getenv("ISER_DATA_DIR"); env != nullptr && *env != '\0') {
-    const auto p = std::filesystem::path(env) / kBundledFile;
+    auto p = std::filesystem::path(env) / kBundledFile;
     ISER_CHECK(std::filesystem::exists(p), "{}: bundled trace not found (ISER_DATA_DIR = {})",
                p.string(), env);
     return p;
   }
-  const auto p = std::filesystem::path(ISER_DATA_DIR) / kBundledFile;
+  auto p = std::filesystem::path(ISER_DATA_DIR) / kBundledFile;
   ISER_CHECK(std::filesystem::exists(p),
              "{}: bundled trace not found; set ISER_DATA_DIR to the directory holding {}",
              p.string(), kBundledFile);

@@ -58,6 +58,7 @@ void load_widened(const char* src, uint64_t count, std::vector<int64_t>& out) {
   for (uint64_t i = 0; i < count; ++i) {
     T v;
     std::memcpy(&v, src + i * sizeof(T), sizeof(T));
+    // NOLINTNEXTLINE(bugprone-signed-char-misuse): I8 ids sign-extend on purpose (-1 = invalid).
     out[i] = static_cast<int64_t>(v);
   }
 }
