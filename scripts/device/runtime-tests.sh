@@ -23,7 +23,7 @@ echo "tests rc=$? $(el)"
 grep -E "^\[ +(OK|FAILED|SKIPPED) |Failure|tests ran|PASSED" $O/tests.log | head -60
 S=/usr/local/cuda/bin/compute-sanitizer
 SF=${SAN_FILTER:-'P/LogicalRanks.*/0:P/LogicalRanks.*/1:LogicalRuntime.*:P/GraphReplay.*/0:GraphReplayLimits.*'}
-for tool in ${SAN_TOOLS:-memcheck racecheck synccheck}; do
+for tool in ${SAN_TOOLS-memcheck racecheck synccheck}; do
   CUDA_VISIBLE_DEVICES=0 ISER_TEST_SHORT=1 timeout ${SAN_TIMEOUT:-80} $S --tool $tool --error-exitcode 9 $T --gtest_filter=$SF > $O/san_$tool.log 2>&1
   echo "$tool rc=$? $(grep -E 'ERROR SUMMARY|RACECHECK SUMMARY|tests ran|PASSED|FAILED' $O/san_$tool.log | tr '\n' ' ') $(el)"
 done
