@@ -219,28 +219,25 @@ __device__ void scan_slice_counts(const ReplicateParams& p, int w, int64_t num_s
 }
 
 // One slice of one op, as writer w moves it.
+// (Trivially constructible: the bulk path keeps one per stage in shared memory.)
 struct SliceTask {
   CopyOp op;
-  int64_t slice_idx = 0;
-  const char* src = nullptr;  // owner's home bundle, this slice
-  int64_t slot_offset = 0;    // helper slot (bank), this slice, inside every member's region
-  int32_t bytes = 0;
+  int64_t slice_idx;
+  const char* src;      // owner's home bundle, this slice
+  int64_t slot_offset;  // helper slot (bank), this slice, inside every member's region
+  int32_t bytes;
 };
 
+// `op_cursor`: the op of the caller's previous task (0 at first). A warp's tasks increase, so the
+// owning op is found by scanning forward from it (amortised O(1), no search per slice).
 __device__ __forceinline__ SliceTask locate_task(const ReplicateParams& p, const int64_t* prefix,
-                                                 int w, int bank, int64_t task) {
+                                                 int w, int bank, int64_t task, int& op_cursor) {
   const runtime::RegionLayout& layout = p.space.layout;
-  // prefix[lo] <= task < prefix[hi]; ends on the op that owns the task (its count is > 0).
-  int lo = 0;
-  int hi = p.args.num_ops;
-  while (hi - lo > 1) {
-    const int mid = (lo + hi) / 2;
-    if (prefix[mid] <= task) {
-      lo = mid;
-    } else {
-      hi = mid;
-    }
-  }
+  // Ends on the op with prefix[lo] <= task < prefix[lo + 1] (its count is > 0); prefix[num_ops]
+  // = num_tasks > task bounds the scan.
+  int lo = op_cursor;
+  while (prefix[lo + 1] <= task) ++lo;
+  op_cursor = lo;
   SliceTask t;
   t.op = p.args.ops[lo];
   const int mode = effective_mode(t.op, p.args.mode_override);
@@ -316,9 +313,10 @@ __device__ bool copy_with_registers(const ReplicateParams& p, const int64_t* pre
   const int lane = static_cast<int>(threadIdx.x) & 31;
   const int num_warps = static_cast<int>(blockDim.x) / 32;
   bool complete = true;
+  int op_cursor = 0;
   for (int64_t task = static_cast<int64_t>(blockIdx.x) * num_warps + warp_idx; task < num_tasks;
        task += static_cast<int64_t>(gridDim.x) * num_warps) {
-    const SliceTask t = locate_task(p, prefix, w, bank, task);
+    const SliceTask t = locate_task(p, prefix, w, bank, task, op_cursor);
     const int num_vec = t.bytes / 16;
     int4 v[ReplicateConfig::kVecPerLane];
 #pragma unroll
@@ -341,15 +339,17 @@ struct WarpPipe {
   int64_t count = 0;
   int stages = 0;
   int lag = 0;             // bulk groups left in flight before a stage is refilled
+  int op_cursor = 0;       // locate_task's cursor for the loads (lane 0)
   char* buffer = nullptr;  // stages x 8 KiB
   uint64_t* bars = nullptr;
+  SliceTask* tasks = nullptr;  // the task each stage holds (written by lane 0 with its load)
 
   __device__ char* stage(int s) const { return buffer + s * kSliceBytes; }
   __device__ uint64_t* bar(int s) const { return bars + s; }
 };
 
 __device__ __forceinline__ WarpPipe make_pipe(int64_t num_tasks, int stages, char* dynamic_smem,
-                                              uint64_t* all_bars) {
+                                              uint64_t* all_bars, SliceTask* all_tasks) {
   const int warp_idx = static_cast<int>(threadIdx.x) / 32;
   const int num_warps = static_cast<int>(blockDim.x) / 32;
   WarpPipe pipe;
@@ -361,14 +361,15 @@ __device__ __forceinline__ WarpPipe make_pipe(int64_t num_tasks, int stages, cha
   pipe.lag = min(max(stages / 2, stages > 1 ? 1 : 0), ReplicateConfig::kMaxBulkLag);
   pipe.buffer = dynamic_smem + static_cast<int64_t>(warp_idx) * stages * kSliceBytes;
   pipe.bars = all_bars + warp_idx * stages;
+  pipe.tasks = all_tasks + warp_idx * stages;
   return pipe;
 }
 
-// Lane 0 only: loads task n into stage s.
+// Lane 0 only: loads task n into stage s and records the task there.
 __device__ __forceinline__ void issue_load(const ReplicateParams& p, const int64_t* prefix,
-                                           const WarpPipe& pipe, int w, int bank, int64_t n,
-                                           int s) {
-  const SliceTask t = locate_task(p, prefix, w, bank, pipe.first + n * pipe.stride);
+                                           WarpPipe& pipe, int w, int bank, int64_t n, int s) {
+  const SliceTask t = locate_task(p, prefix, w, bank, pipe.first + n * pipe.stride, pipe.op_cursor);
+  pipe.tasks[s] = t;
   mbarrier_arrive_expect_tx(pipe.bar(s), static_cast<uint32_t>(t.bytes));
   bulk_load(pipe.stage(s), t.src, static_cast<uint32_t>(t.bytes), pipe.bar(s));
 }
@@ -411,17 +412,19 @@ __device__ __forceinline__ bool store_stage(const ReplicateParams& p, const Slic
 }
 
 template <StoreKind kStore>
-__device__ bool copy_with_bulk(const ReplicateParams& p, const int64_t* prefix,
-                               const WarpPipe& pipe, int w, int bank, const uint32_t* blocked) {
+__device__ bool copy_with_bulk(const ReplicateParams& p, const int64_t* prefix, WarpPipe& pipe,
+                               int w, int bank, const uint32_t* blocked) {
   const int lane = static_cast<int>(threadIdx.x) & 31;
   bool complete = true;
   int s = 0;               // stage of task n
   uint32_t phase = 0;      // parity of that stage's current use
   int refill = -pipe.lag;  // stage of task n - lag (negative: none yet)
   for (int64_t n = 0; n < pipe.count; ++n) {
-    const SliceTask t = locate_task(p, prefix, w, bank, pipe.first + n * pipe.stride);
     mbarrier_wait(pipe.bar(s), phase);
+    __syncwarp();  // lane 0's record of the task (written before its load) is visible
+    const SliceTask t = pipe.tasks[s];
     if (!store_stage<kStore>(p, t, bank, blocked, pipe.stage(s))) complete = false;
+    __syncwarp();  // every lane read the record before lane 0 may overwrite it below
     // Refill the stage of task r = n - lag (its stores are done reading) with task r + stages.
     const int64_t r = n - pipe.lag;
     if (lane == 0 && r >= 0 && r + pipe.stages < pipe.count) {
@@ -449,6 +452,7 @@ struct ReplicateShared {
   uint32_t targets[ReplicateConfig::kRankWords];
   uint32_t blocked[ReplicateConfig::kRankWords];
   uint64_t bars[ReplicateConfig::kMaxStages];
+  SliceTask tasks[ReplicateConfig::kMaxStages];
 };
 
 template <StoreKind kStore, CopyPath kPath>
@@ -473,7 +477,7 @@ __global__ void __launch_bounds__(ReplicateConfig::kMaxThreads, 1)
   if constexpr (kPath == CopyPath::kBulk) {
     // NOTE: the first loads read only the owners' home bundles, never a helper bank, so they may
     // start before the reuse fence below has cleared the targets.
-    pipe = make_pipe(num_tasks, p.stages, stage_buffer, shared.bars);
+    pipe = make_pipe(num_tasks, p.stages, stage_buffer, shared.bars, shared.tasks);
     if ((threadIdx.x & 31) == 0) {
       for (int s = 0; s < pipe.stages; ++s) mbarrier_init(pipe.bars + s, 1);
       fence_mbarrier_init();
