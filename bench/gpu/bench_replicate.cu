@@ -7,10 +7,13 @@
 // (P = 2 over NVLink and P logical ranks on one GPU), READY gate cost with nothing to copy.
 //
 // Flags: -b/-e/-f sizes, -w warm-up, -n iterations, -c check (1/0), -G graph (1/0: also time
-// ncclBroadcast captured in a CUDA graph), -J JSON file, -t transports (comma list of
-// p2p-direct,p2p-sami,copy-engine,nccl), -s copy-SM list, -g ranks, -x sections (comma list of
-// bundles,sweep,latency).
+// ncclBroadcast and the SM transports captured in a CUDA graph), -J JSON file, -t transports
+// (comma list of p2p-direct,p2p-sami,copy-engine,nccl), -s copy-SM list, -g ranks, -x sections
+// (comma list of bundles,sweep,latency), -N bundle counts (comma list), -B helper banks (1/2),
+// -V copy shapes of the SM transports (comma list of bulk[:WxS] / registers[:W]: path, warps
+// per CTA, 8-KiB stages per warp; default bulk,registers).
 // Reported time: per-iteration median over -n iterations, slowest rank; algbw = bytes / time.
+// Graph rows: one CUDA graph of -n iterations, launched once; time = graph time / iterations.
 #include <nccl.h>
 #include <signal.h>
 #include <spawn.h>
@@ -74,7 +77,37 @@ struct Options {
   std::vector<int> sms = {1, 2, 4, 8, 16};
   int ranks = 2;
   std::vector<std::string> sections = {"bundles", "sweep", "latency"};
+  std::vector<int> bundle_counts = {1, 4, 8};
+  int banks = 1;
+  std::vector<std::string> shapes = {"bulk", "registers"};
 };
+
+struct Shape {
+  iser::CopyPath path = iser::CopyPath::kBulk;
+  int warps = 0;
+  int stages = 0;
+};
+
+// "bulk", "bulk:4x5", "registers", "registers:16".
+Shape parse_shape(const std::string& s) {
+  Shape shape;
+  const size_t colon = s.find(':');
+  const std::string path = s.substr(0, colon);
+  if (path == "bulk") {
+    shape.path = iser::CopyPath::kBulk;
+  } else if (path == "registers") {
+    shape.path = iser::CopyPath::kRegisters;
+  } else {
+    std::fprintf(stderr, "unknown copy shape %s (bulk[:WxS], registers[:W])\n", s.c_str());
+    std::exit(1);
+  }
+  if (colon != std::string::npos) {
+    shape.warps = std::atoi(s.c_str() + colon + 1);
+    const size_t x = s.find('x', colon);
+    if (x != std::string::npos) shape.stages = std::atoi(s.c_str() + x + 1);
+  }
+  return shape;
+}
 
 std::vector<std::string> split(const std::string& s) {
   std::vector<std::string> out;
@@ -125,7 +158,14 @@ Options parse(int argc, char** argv) {
       o.ranks = std::atoi(value.c_str());
     else if (flag == "-x")
       o.sections = split(value);
-    else if (flag == "-s") {
+    else if (flag == "-V")
+      o.shapes = split(value);
+    else if (flag == "-B")
+      o.banks = std::atoi(value.c_str());
+    else if (flag == "-N") {
+      o.bundle_counts.clear();
+      for (const auto& s : split(value)) o.bundle_counts.push_back(std::atoi(s.c_str()));
+    } else if (flag == "-s") {
       o.sms.clear();
       for (const auto& s : split(value)) o.sms.push_back(std::atoi(s.c_str()));
     } else {
@@ -214,6 +254,29 @@ void barrier(World& w) {
 
 // Median per-iteration time (us) of `step` on this rank; events between iterations.
 template <typename Step>
+double time_median_us(World& w, int warmup, int iters, Step&& step);
+
+// One CUDA graph of `iters` x `enqueue`, launched once after a warm-up launch; time per
+// iteration (slowest rank).
+template <typename Enqueue>
+double time_graph_us(World& w, int iters, Enqueue&& enqueue) {
+  cudaGraph_t g = nullptr;
+  cudaGraphExec_t exec = nullptr;
+  BENCH_CUDA(cudaStreamBeginCapture(w.stream, cudaStreamCaptureModeThreadLocal));
+  for (int i = 0; i < iters; ++i) enqueue();
+  BENCH_CUDA(cudaStreamEndCapture(w.stream, &g));
+  BENCH_CUDA(cudaGraphInstantiate(&exec, g, 0));
+  BENCH_CUDA(cudaGraphLaunch(exec, w.stream));  // warm-up
+  BENCH_CUDA(cudaStreamSynchronize(w.stream));
+  barrier(w);
+  const double total_us =
+      time_median_us(w, 0, 1, [&](int) { BENCH_CUDA(cudaGraphLaunch(exec, w.stream)); });
+  BENCH_CUDA(cudaGraphExecDestroy(exec));
+  BENCH_CUDA(cudaGraphDestroy(g));
+  return total_us / iters;
+}
+
+template <typename Step>
 double time_median_us(World& w, int warmup, int iters, Step&& step) {
   for (int i = 0; i < warmup; ++i) step(i);
   BENCH_CUDA(cudaStreamSynchronize(w.stream));
@@ -262,13 +325,13 @@ void emit(World& w, const Record& r) {
 // ---- replication runs ------------------------------------------------------------------------
 
 // Runtime whose rank 0 owns `num_bundles` bundles of `bytes` that go to rank 1's helper slots.
-std::unique_ptr<Runtime> make_runtime(World& w, int64_t bytes, int num_bundles) {
+std::unique_ptr<Runtime> make_runtime(World& w, int64_t bytes, int num_bundles, int num_banks) {
   RuntimeConfig c;
   c.num_ranks = w.size;
   c.num_experts = w.size * num_bundles;
   c.num_slots = num_bundles;
   c.bundle = {bytes, 0};
-  c.num_banks = 1;
+  c.num_banks = num_banks;
   c.timeout_us = 10'000'000;
   auto rt = std::make_unique<Runtime>(c, *w.comm);
   for (int h = 0; h < num_bundles; ++h) fill(rt->home_bundle(0, 0, h), bytes, 1000 * w.rank + h);
@@ -282,46 +345,72 @@ std::vector<CopyOp> owner0_to_rank1(int num_bundles, int mode) {
   return ops;
 }
 
+// Replicas in the bank of the last generation on rank 1, compared with the owner's pattern.
 int64_t check_replicas(World& w, Runtime& rt, int num_bundles, int64_t bytes) {
   int64_t bad = 0;
   if (w.rank == 1) {
-    for (int k = 0; k < num_bundles; ++k) bad += count_bad(rt.helper_slot(0, 0, k), bytes, k);
+    const int bank = rt.bank_of(rt.last_generation(0));
+    for (int k = 0; k < num_bundles; ++k) bad += count_bad(rt.helper_slot(0, bank, k), bytes, k);
   }
   return static_cast<int64_t>(max_over_ranks(w, static_cast<double>(bad)));
 }
 
+void clear_banks(World& w, Runtime& rt) {
+  const RuntimeConfig& c = rt.config();
+  BENCH_CUDA(
+      cudaMemset(rt.helper_slot(0, 0, 0), 0, c.bundle.slot_stride() * c.num_slots * c.num_banks));
+  BENCH_CUDA(cudaDeviceSynchronize());
+  barrier(w);
+}
+
 void run_runtime_transports(World& w, const Options& o, const std::string& section, int64_t bytes,
                             int num_bundles) {
-  auto rt = make_runtime(w, bytes, num_bundles);
+  auto rt = make_runtime(w, bytes, num_bundles, o.banks);
   const int64_t total = bytes * num_bundles;
-  uint64_t generation = 0;
   CopyOp* device_ops = nullptr;
   BENCH_CUDA(cudaMalloc(&device_ops, sizeof(CopyOp) * num_bundles));
+  auto finish = [&](Record r) {
+    BENCH_CUDA(cudaStreamSynchronize(w.stream));
+    rt->check_status();
+    r.errors = o.check ? check_replicas(w, *rt, num_bundles, bytes) : -1;
+    emit(w, r);
+  };
   for (const std::string& name : o.transports) {
     if (name == "nccl") continue;
     const Transport t = iser::transport_from_string(name);
     const auto ops = owner0_to_rank1(num_bundles, t == Transport::kP2PSami ? 1 : 0);
     BENCH_CUDA(
         cudaMemcpy(device_ops, ops.data(), sizeof(CopyOp) * ops.size(), cudaMemcpyHostToDevice));
-    const std::vector<int> sm_list = t == Transport::kCopyEngine ? std::vector<int>{0} : o.sms;
-    for (int sms : sm_list) {
-      if (rt) BENCH_CUDA(cudaMemset(rt->helper_slot(0, 0, 0), 0, bytes * num_bundles));
-      BENCH_CUDA(cudaDeviceSynchronize());
-      barrier(w);
+    if (t == Transport::kCopyEngine) {  // explicit generations (the host picks the banks)
+      clear_banks(w, *rt);
+      uint64_t generation = rt->last_generation(0);
       const double us = time_median_us(w, o.warmup, o.iters, [&](int) {
         ++generation;
-        if (t == Transport::kCopyEngine) {
-          rt->replicate_copy_engine(ops, 0, generation, w.stream);
-        } else {
-          rt->replicate(device_ops, num_bundles, 0, generation, t, w.stream, sms);
-        }
+        rt->replicate_copy_engine(ops, 0, generation, w.stream);
         rt->release_bank(generation, w.stream);
       });
-      BENCH_CUDA(cudaStreamSynchronize(w.stream));
-      rt->check_status();
-      Record r{section, name, "", sms, total, num_bundles, us, total / us / 1e3};
-      r.errors = o.check ? check_replicas(w, *rt, num_bundles, bytes) : -1;
-      emit(w, r);
+      finish({section, name, "", 0, total, num_bundles, us, total / us / 1e3});
+      continue;
+    }
+    // SM transports: device generations (kDeviceGeneration), eager and as one CUDA graph.
+    auto step = [&](int sms) {
+      rt->replicate(device_ops, num_bundles, 0, iser::kDeviceGeneration, t, w.stream, sms);
+      rt->release_bank(iser::kDeviceGeneration, w.stream);
+    };
+    for (const std::string& shape_text : o.shapes) {
+      const Shape shape = parse_shape(shape_text);
+      rt->set_copy_shape(shape.path, shape.warps, shape.stages);
+      for (int sms : o.sms) {
+        clear_banks(w, *rt);
+        const double us = time_median_us(w, o.warmup, o.iters, [&](int) { step(sms); });
+        finish(
+            {section, name, shape_text + "/eager", sms, total, num_bundles, us, total / us / 1e3});
+        if (!o.graph) continue;
+        clear_banks(w, *rt);
+        const double graph_us = time_graph_us(w, o.iters, [&] { step(sms); });
+        finish({section, name, shape_text + "/graph", sms, total, num_bundles, graph_us,
+                total / graph_us / 1e3});
+      }
     }
   }
   BENCH_CUDA(cudaFree(device_ops));
@@ -387,23 +476,9 @@ void run_nccl(World& w, const Options& o, std::vector<NcclVariant>& variants,
           BENCH_NCCL(ncclBroadcast(buffer, buffer, total, ncclChar, 0, v.comm, w.stream));
         });
       } else {
-        // One graph holding all iterations; reported time = graph time / iterations.
-        cudaGraph_t g = nullptr;
-        cudaGraphExec_t exec = nullptr;
-        BENCH_CUDA(cudaStreamBeginCapture(w.stream, cudaStreamCaptureModeThreadLocal));
-        for (int i = 0; i < o.iters; ++i) {
+        us = time_graph_us(w, o.iters, [&] {
           BENCH_NCCL(ncclBroadcast(buffer, buffer, total, ncclChar, 0, v.comm, w.stream));
-        }
-        BENCH_CUDA(cudaStreamEndCapture(w.stream, &g));
-        BENCH_CUDA(cudaGraphInstantiate(&exec, g, 0));
-        BENCH_CUDA(cudaGraphLaunch(exec, w.stream));  // warm-up
-        BENCH_CUDA(cudaStreamSynchronize(w.stream));
-        barrier(w);
-        const double total_us =
-            time_median_us(w, 0, 1, [&](int) { BENCH_CUDA(cudaGraphLaunch(exec, w.stream)); });
-        us = total_us / o.iters;
-        BENCH_CUDA(cudaGraphExecDestroy(exec));
-        BENCH_CUDA(cudaGraphDestroy(g));
+        });
       }
       const std::string variant = v.proto + "/ch" +
                                   (v.channels ? std::to_string(v.channels) : std::string("auto")) +
@@ -460,6 +535,28 @@ void run_latency(World& w, const Options& o) {
     emit(w, {"latency", "ready-empty",
              "P=" + std::to_string(w.size) + " replicate(0 ops)+gate+release", 1, 0, 0, gate_us, 0,
              -1});
+    // The same with device generations, and the whole invocation, as CUDA graphs.
+    const std::string p_text = "P=" + std::to_string(w.size);
+    auto empty_step = [&] {
+      rt.replicate(nullptr, 0, 0, iser::kDeviceGeneration, Transport::kPlan, w.stream, 1);
+      rt.ready_gate(nullptr, 0, iser::kDeviceGeneration, slot_expert, w.stream);
+      rt.release_bank(iser::kDeviceGeneration, w.stream);
+    };
+    const double gate_graph_us = time_graph_us(w, iters, empty_step);
+    emit(w, {"latency", "ready-empty", p_text + " same, graph", 1, 0, 0, gate_graph_us, 0, -1});
+    const double invocation_us = time_graph_us(w, iters, [&] {
+      rt.exchange_counts(rows, matrix, iser::kDeviceGeneration, w.stream);
+      empty_step();
+    });
+    emit(w, {"latency", "invocation", p_text + " exchange+empty READY, graph", 1, 0, 0,
+             invocation_us, 0, -1});
+    const double replicate_us = time_median_us(w, 20, iters, [&](int) {
+      rt.replicate(nullptr, 0, 0, iser::kDeviceGeneration, Transport::kPlan, w.stream, 1);
+      rt.release_bank(iser::kDeviceGeneration, w.stream);
+    });
+    emit(w, {"latency", "replicate-empty", p_text + " replicate(0 ops)+release", 1, 0, 0,
+             replicate_us, 0, -1});
+    rt.check_status();
     BENCH_CUDA(cudaFree(rows));
     BENCH_CUDA(cudaFree(matrix));
     BENCH_CUDA(cudaFree(slot_expert));
@@ -557,7 +654,7 @@ int run_rank(const Options& o, int rank, int size, const std::string& id_file) {
   std::vector<NcclVariant> variants;
   if (has(o.transports, "nccl")) variants = make_nccl_variants(w);
   if (has(o.sections, "bundles")) {
-    for (int nb : {1, 4, 8}) {
+    for (int nb : o.bundle_counts) {
       run_runtime_transports(w, o, "bundles", kPaperBundle, nb);
       if (!variants.empty()) run_nccl(w, o, variants, "bundles", kPaperBundle, nb);
     }

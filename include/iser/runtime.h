@@ -32,7 +32,13 @@ inline constexpr int64_t kSliceBytes = 8192;      // replication unit
 inline constexpr int64_t kBundleAlignment = 256;  // scales start at a 256-byte boundary
 inline constexpr int64_t kSlotAlignment = 4096;   // every slot starts at a 4-KiB boundary
 inline constexpr int kDefaultCopySms = 8;
+inline constexpr int kMaxCopyStagesPerCta = 22;  // 176 KiB of shared memory per copy CTA
 inline constexpr int kMaxLocalCopyOps = 4096;
+// Pass as the generation (or epoch) to take it from the device-side counter of each local rank
+// instead of the host: `replicate` and `exchange_counts` use the rank's last value + 1,
+// `ready_gate` and `release_bank` the generation the rank's last `replicate` used. This is what
+// makes a captured CUDA graph replayable (docs/runtime.md).
+inline constexpr uint64_t kDeviceGeneration = 0;
 
 // One expert's bytes as they sit in a slot (home or helper): weights at offset 0, scales at
 // scale_offset() = align_up(weight_bytes, 256), bundle bytes() = scale_offset() + scale_bytes.
@@ -59,6 +65,14 @@ enum class Transport : uint8_t {
 std::string_view to_string(Transport transport);
 Transport transport_from_string(std::string_view name);  // "p2p-direct", "p2p-sami", ...
 
+// How the SM transports (p2p-direct, p2p-sami, plan) move a slice.
+enum class CopyPath : uint8_t {
+  kBulk = 0,       // Hopper TMA: cp.async.bulk global -> shared (mbarrier pipeline), then bulk
+                   // stores shared -> each member; a few threads keep many slices in flight
+  kRegisters = 1,  // each warp loads a slice into registers and stores it to every member
+};
+std::string_view to_string(CopyPath path);
+
 struct RuntimeConfig {
   int num_ranks = 0;    // P
   int num_experts = 0;  // E (P | E)
@@ -67,6 +81,10 @@ struct RuntimeConfig {
   int num_layers = 1;  // home weight sets held in symmetric memory (one per MoE layer)
   int num_banks = 1;   // helper banks shared by all layers (1 or 2); generation g uses g % banks
   int copy_sms = kDefaultCopySms;  // CTAs per rank of the replicate kernel
+  CopyPath copy_path = CopyPath::kBulk;
+  int copy_warps = 0;   // warps per copy CTA, [0, 16] (0: the path's default)
+  int copy_stages = 0;  // bulk path: 8-KiB shared-memory stages per warp (0: default); the
+                        // stages of a CTA (warps x stages) must fit in kMaxCopyStagesPerCta
   int64_t timeout_us = 2'000'000;  // device-side waits give up (and report) after this
 
   int experts_per_rank() const { return num_experts / num_ranks; }
@@ -179,12 +197,13 @@ class Runtime {
     return static_cast<int>(generation % static_cast<uint64_t>(config_.num_banks));
   }
 
-  // Count exchange (epoch >= 1, increasing by one per call): `rows` [num_local][E] int32 device
-  // (each local rank's count row), `matrix` [num_local][P][E] int32 device (the full matrix as
-  // each local rank sees it).
+  // Count exchange (epoch >= 1, increasing by one per call, or kDeviceGeneration): `rows`
+  // [num_local][E] int32 device (each local rank's count row), `matrix` [num_local][P][E] int32
+  // device (the full matrix as each local rank sees it).
   void exchange_counts(const int32_t* rows, int32_t* matrix, uint64_t epoch, StreamHandle stream);
 
-  // Replicate generation `generation` (>= 1, increasing by one per call) of layer `layer`'s
+  // Replicate generation `generation` (>= 1, increasing by one per call, or kDeviceGeneration:
+  // the rank's last generation + 1; CUDA-graph capturable) of layer `layer`'s
   // home bundles. `ops` is a device array of `num_ops` CopyOp (identical on every rank).
   // Publishes READY (even with nothing to copy). Waits first (reuse fence) until every member it
   // writes to released generation - num_banks and every writer of that generation finished.
@@ -198,12 +217,14 @@ class Runtime {
                        int num_sms = 0);
   // Copy-engine transport: the copy list must be on the host; owners issue cudaMemcpyAsync to
   // every member, then READY is published. The list is staged in one runtime-owned buffer: keep
-  // copy-engine calls of one runtime on one stream.
+  // copy-engine calls of one runtime on one stream. Explicit generations only (the host picks
+  // the bank of every copy).
   void replicate_copy_engine(std::span<const CopyOp> ops, int layer, uint64_t generation,
                              StreamHandle stream);
 
   // READY gate: waits (acquire, up to timeout) for every writer of `ops` under `transport` (the
-  // one replicate used) to publish `generation`, then writes `slot_expert` [num_local][P*S]
+  // one replicate used) to publish `generation` (kDeviceGeneration: the one the rank's last
+  // replicate used), then writes `slot_expert` [num_local][P*S]
   // int32 device: the expert whose replica is valid in (rank d, helper h), or -1 (no replica /
   // writer missing / failed: its routes fall back home).
   void ready_gate(const CopyOp* ops, int num_ops, uint64_t generation, int32_t* slot_expert,
@@ -213,8 +234,16 @@ class Runtime {
   // Counts the rewritten routes in the status.
   void fallback_rewrite(const int32_t* slot_expert, const int32_t* expert_ids, int32_t* slot_ids,
                         int64_t routes_per_rank, StreamHandle stream);
-  // Reuse fence: the consumer of `generation` on every local rank is done with its bank.
+  // Reuse fence: the consumer of `generation` (kDeviceGeneration: the rank's last replicate's)
+  // on every local rank is done with its bank.
   void release_bank(uint64_t generation, StreamHandle stream);
+
+  // The generation local rank `local_idx`'s last replicate published (the device counter that
+  // kDeviceGeneration continues from; synchronises the device).
+  uint64_t last_generation(int local_idx) const;
+  // Local tuning of the SM copy (RuntimeConfig::copy_path / copy_warps / copy_stages; validated
+  // like the configuration). Ranks may differ; takes effect with the next replicate call.
+  void set_copy_shape(CopyPath path, int warps = 0, int stages = 0);
 
   // Status of local rank `local_idx` (synchronises the device); check_status throws on errors.
   RuntimeStatus status(int local_idx) const;

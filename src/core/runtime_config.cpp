@@ -1,5 +1,6 @@
 // CUDA-free half of the runtime API (include/iser/runtime.h): configuration, bundle layout,
 // fingerprints, copy lists, the multicast guard and its address arithmetic.
+#include <algorithm>
 #include <cstdlib>
 #include <cstring>
 
@@ -49,6 +50,10 @@ std::string_view to_string(Transport transport) {
   return "?";
 }
 
+std::string_view to_string(CopyPath path) {
+  return path == CopyPath::kBulk ? "bulk" : "registers";
+}
+
 Transport transport_from_string(std::string_view name) {
   for (Transport t : {Transport::kP2PDirect, Transport::kP2PSami, Transport::kCopyEngine,
                       Transport::kMulticast, Transport::kPlan}) {
@@ -71,6 +76,17 @@ void RuntimeConfig::validate() const {
              num_banks);
   ISER_CHECK(copy_sms >= 1 && copy_sms <= 132, "runtime config: copy_sms = {} not in [1, 132]",
              copy_sms);
+  ISER_CHECK(copy_path == CopyPath::kBulk || copy_path == CopyPath::kRegisters,
+             "runtime config: copy_path = {} is not a copy path", static_cast<int>(copy_path));
+  ISER_CHECK(copy_warps >= 0 && copy_warps <= 16, "runtime config: copy_warps = {} not in [0, 16]",
+             copy_warps);
+  ISER_CHECK(copy_stages >= 0 && copy_stages <= kMaxCopyStagesPerCta,
+             "runtime config: copy_stages = {} not in [0, {}]", copy_stages, kMaxCopyStagesPerCta);
+  ISER_CHECK(copy_path != CopyPath::kBulk ||
+                 std::max(copy_warps, 1) * std::max(copy_stages, 1) <= kMaxCopyStagesPerCta,
+             "runtime config: copy_warps x copy_stages = {} x {} exceeds {} shared-memory stages "
+             "per CTA",
+             copy_warps, copy_stages, kMaxCopyStagesPerCta);
   ISER_CHECK(timeout_us > 0, "runtime config: timeout_us = {} must be positive", timeout_us);
   bundle.validate();
 }

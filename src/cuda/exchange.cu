@@ -29,7 +29,9 @@ __global__ void __launch_bounds__(CountExchangeConfig::kThreads)
   const int rank = space.first_rank + local_idx;
   const int num_ranks = layout.num_ranks;
   const int num_experts = layout.num_experts;
-  const int parity = static_cast<int>(p.epoch & 1);
+  Scratch* scratch = space.scratch + local_idx;
+  const uint64_t epoch = resolve_generation(p.epoch, &scratch->epoch, true);
+  const int parity = static_cast<int>(epoch & 1);
   const int32_t* row = p.rows + static_cast<int64_t>(local_idx) * num_experts;
 
   // 1. Push my row to every rank (myself included).
@@ -45,16 +47,15 @@ __global__ void __launch_bounds__(CountExchangeConfig::kThreads)
   // 2. Publish the epoch (release, system scope; cumulative over the CTA's stores via bar.sync).
   for (int d = threadIdx.x; d < num_ranks; d += blockDim.x) {
     auto* flag = reinterpret_cast<uint64_t*>(space.peer_bases[d] + layout.count_flags) + rank;
-    store_release_sys(flag, p.epoch);
+    store_release_sys(flag, epoch);
   }
   // 3. Wait for every source's epoch (acquire).
   const auto* flags =
       reinterpret_cast<const uint64_t*>(space.peer_bases[rank] + layout.count_flags);
   const uint64_t deadline = globaltimer_ns() + space.timeout_ns;
   for (int s = threadIdx.x; s < num_ranks; s += blockDim.x) {
-    if (wait_at_least(flags + s, p.epoch, deadline) < p.epoch) {
-      report(space.scratch + local_idx, static_cast<uint32_t>(StatusCode::kCountTimeout), s,
-             p.epoch);
+    if (wait_at_least(flags + s, epoch, deadline) < epoch) {
+      report(scratch, static_cast<uint32_t>(StatusCode::kCountTimeout), s, epoch);
     }
   }
   __syncthreads();
@@ -63,6 +64,8 @@ __global__ void __launch_bounds__(CountExchangeConfig::kThreads)
       reinterpret_cast<const int32_t*>(space.peer_bases[rank] + layout.count_row(parity, 0));
   int32_t* out = p.matrix + static_cast<int64_t>(local_idx) * total;
   for (int64_t i = threadIdx.x; i < total; i += blockDim.x) out[i] = src[i];
+  // Every thread read the counter (resolve_generation) before the barrier above.
+  if (threadIdx.x == 0) scratch->epoch = epoch;
 }
 
 }  // namespace

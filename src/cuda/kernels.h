@@ -13,7 +13,9 @@
 
 namespace iser::cuda {
 
-// Per-local-rank device scratch (not symmetric): status word and grid-completion counter.
+// Per-local-rank device scratch (not symmetric): status word, grid-completion counter and the
+// device-side generation counters (kDeviceGeneration). clear_status() clears everything before
+// `generation`.
 struct Scratch {
   uint32_t code;  // StatusCode; the first error wins
   int32_t peer;
@@ -21,6 +23,8 @@ struct Scratch {
   unsigned long long fallback_routes;
   uint32_t replicate_arrivals;  // CTAs of the current replicate launch that drained
   uint32_t replicate_failed;    // a CTA skipped writes (reuse fence timeout)
+  uint64_t generation;          // the last generation this rank's replicate published
+  uint64_t epoch;               // the last epoch of this rank's count exchange
 };
 
 // What every runtime kernel needs to find the ranks' symmetric regions.
@@ -34,12 +38,18 @@ struct RankSpace {
 
 enum class StoreKind : int32_t { kPeer = 0, kMulticast = 1 };
 
+// How a copy CTA moves slices (RuntimeConfig::copy_path / copy_warps / copy_stages, resolved).
+struct CopyShape {
+  CopyPath path = CopyPath::kBulk;
+  int32_t warps = 0;
+  int32_t stages = 0;  // bulk path: 8-KiB shared-memory stages per warp
+};
+
 struct ReplicateArgs {
   const CopyOp* ops = nullptr;
   int32_t num_ops = 0;
   int32_t layer = 0;
-  int32_t bank = 0;
-  uint64_t generation = 0;
+  uint64_t generation = 0;     // kDeviceGeneration: the rank's last generation + 1 (bank g % banks)
   int32_t mode_override = -1;  // -1: as each op says; else kCopyModeDirect / kCopyModeSami
   StoreKind store = StoreKind::kPeer;
   char* const* multicast_bases = nullptr;  // device array, multicast_group_index -> object
@@ -47,7 +57,10 @@ struct ReplicateArgs {
 
 // Replicate + publish READY for local ranks [local_begin, local_end), num_sms CTAs each.
 cudaError_t launch_replicate(const RankSpace& space, const ReplicateArgs& args, int local_begin,
-                             int local_end, int num_sms, cudaStream_t stream);
+                             int local_end, int num_sms, const CopyShape& shape,
+                             cudaStream_t stream);
+// The shape a configuration asks for, with its defaults filled in.
+CopyShape resolve_copy_shape(CopyPath path, int warps, int stages);
 // Copy-engine helpers: the reuse fence (marks the generation failed on timeout) and the READY
 // publication after the copies.
 cudaError_t launch_copy_engine_fence(const RankSpace& space, const CopyOp* ops, int num_ops,

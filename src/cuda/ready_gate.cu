@@ -55,7 +55,8 @@ __global__ void __launch_bounds__(GateConfig::kThreads) ready_gate_kernel(const 
   __syncthreads();
   const auto* flags =
       reinterpret_cast<const uint64_t*>(space.peer_bases[rank] + layout.ready_flags);
-  const uint64_t want = 2 * p.generation + 1;
+  const uint64_t generation = resolve_generation(p.generation, &scratch->generation, false);
+  const uint64_t want = 2 * generation + 1;
   const uint64_t deadline = globaltimer_ns() + space.timeout_ns;
   for (int w = threadIdx.x; w < num_ranks; w += blockDim.x) {
     if (!((needed[w >> 5] >> (w & 31)) & 1u)) continue;
@@ -66,7 +67,7 @@ __global__ void __launch_bounds__(GateConfig::kThreads) ready_gate_kernel(const 
       const StatusCode code = value < want - 1    ? StatusCode::kReadyTimeout
                               : value == want - 1 ? StatusCode::kCopyFailed
                                                   : StatusCode::kReadyOvertaken;
-      report(scratch, static_cast<uint32_t>(code), w, p.generation);
+      report(scratch, static_cast<uint32_t>(code), w, generation);
     }
   }
   int32_t* out = p.slot_expert + static_cast<int64_t>(local_idx) * num_ranks * num_slots;
@@ -140,10 +141,12 @@ struct ReleaseParams {
 __global__ void release_bank_kernel(const ReleaseParams p) {
   const int local_idx = static_cast<int>(blockIdx.x);
   const int rank = p.space.first_rank + local_idx;
+  const uint64_t generation =
+      resolve_generation(p.generation, &p.space.scratch[local_idx].generation, false);
   for (int d = threadIdx.x; d < p.space.layout.num_ranks; d += blockDim.x) {
     auto* flag =
         reinterpret_cast<uint64_t*>(p.space.peer_bases[d] + p.space.layout.consumed_flags) + rank;
-    store_release_sys(flag, p.generation);
+    store_release_sys(flag, generation);
   }
 }
 

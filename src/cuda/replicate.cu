@@ -43,19 +43,58 @@ __global__ void __launch_bounds__(FenceConfig::kThreads)
                 p.space.scratch + local_idx);
 }
 
+template <StoreKind kStore, CopyPath kPath>
+void launch_replicate_kernel(const ReplicateParams& params, dim3 grid, const CopyShape& shape,
+                             cudaStream_t stream) {
+  const size_t smem =
+      kPath == CopyPath::kBulk ? static_cast<size_t>(shape.warps) * shape.stages * kSliceBytes : 0;
+  replicate_kernel<kStore, kPath><<<grid, shape.warps * 32, smem, stream>>>(params);
+}
+
+constexpr size_t kMaxStageBytes = static_cast<size_t>(ReplicateConfig::kMaxStages) * kSliceBytes;
+
 }  // namespace
 
+CopyShape resolve_copy_shape(CopyPath path, int warps, int stages) {
+  CopyShape shape;
+  shape.path = path;
+  if (path == CopyPath::kBulk) {
+    shape.warps = warps > 0 ? warps : ReplicateConfig::kDefaultBulkWarps;
+    shape.stages = stages > 0 ? stages : ReplicateConfig::kDefaultBulkStages;
+    // An explicit warp count with default stages: as many stages as fit.
+    if (stages <= 0 && shape.warps * shape.stages > ReplicateConfig::kMaxStages) {
+      shape.stages = ReplicateConfig::kMaxStages / shape.warps;
+    }
+  } else {
+    shape.warps = warps > 0 ? warps : ReplicateConfig::kDefaultRegisterWarps;
+    shape.stages = 0;
+  }
+  return shape;
+}
+
 cudaError_t launch_replicate(const RankSpace& space, const ReplicateArgs& args, int local_begin,
-                             int local_end, int num_sms, cudaStream_t stream) {
+                             int local_end, int num_sms, const CopyShape& shape,
+                             cudaStream_t stream) {
   ReplicateParams params;
   params.space = space;
   params.args = args;
   params.local_begin = local_begin;
+  params.stages = shape.stages;
   const dim3 grid(static_cast<unsigned>(num_sms), static_cast<unsigned>(local_end - local_begin));
-  if (args.store == StoreKind::kMulticast) {
-    replicate_kernel<StoreKind::kMulticast><<<grid, ReplicateConfig::kThreads, 0, stream>>>(params);
+  const bool multicast = args.store == StoreKind::kMulticast;
+  if (shape.path == CopyPath::kBulk) {
+    if (multicast) {
+      launch_replicate_kernel<StoreKind::kMulticast, CopyPath::kBulk>(params, grid, shape, stream);
+    } else {
+      launch_replicate_kernel<StoreKind::kPeer, CopyPath::kBulk>(params, grid, shape, stream);
+    }
   } else {
-    replicate_kernel<StoreKind::kPeer><<<grid, ReplicateConfig::kThreads, 0, stream>>>(params);
+    if (multicast) {
+      launch_replicate_kernel<StoreKind::kMulticast, CopyPath::kRegisters>(params, grid, shape,
+                                                                           stream);
+    } else {
+      launch_replicate_kernel<StoreKind::kPeer, CopyPath::kRegisters>(params, grid, shape, stream);
+    }
   }
   return cudaGetLastError();
 }
@@ -80,10 +119,21 @@ size_t scratch_bytes() {
 }
 
 cudaError_t preload_replicate_kernels() {
-  return preload_functions({reinterpret_cast<const void*>(&replicate_kernel<StoreKind::kPeer>),
-                            reinterpret_cast<const void*>(&replicate_kernel<StoreKind::kMulticast>),
-                            reinterpret_cast<const void*>(&copy_engine_fence_kernel),
-                            reinterpret_cast<const void*>(&publish_ready_kernel)});
+  const void* bulk[] = {
+      reinterpret_cast<const void*>(&replicate_kernel<StoreKind::kPeer, CopyPath::kBulk>),
+      reinterpret_cast<const void*>(&replicate_kernel<StoreKind::kMulticast, CopyPath::kBulk>)};
+  for (const void* kernel : bulk) {
+    const cudaError_t err = cudaFuncSetAttribute(
+        kernel, cudaFuncAttributeMaxDynamicSharedMemorySize, static_cast<int>(kMaxStageBytes));
+    if (err != cudaSuccess) return err;
+  }
+  return preload_functions(
+      {bulk[0], bulk[1],
+       reinterpret_cast<const void*>(&replicate_kernel<StoreKind::kPeer, CopyPath::kRegisters>),
+       reinterpret_cast<const void*>(
+           &replicate_kernel<StoreKind::kMulticast, CopyPath::kRegisters>),
+       reinterpret_cast<const void*>(&copy_engine_fence_kernel),
+       reinterpret_cast<const void*>(&publish_ready_kernel)});
 }
 
 }  // namespace iser::cuda

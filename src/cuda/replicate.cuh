@@ -1,30 +1,40 @@
 // Replication kernel (DESIGN §9): moves owners' home bundles into members' helper slots in 8-KiB
-// slices, then publishes READY. One CTA set per writer rank (blockIdx.y = local rank); each warp
-// moves one slice at a time (loads 8 KiB into registers, stores it to every member).
+// slices, then publishes READY. One CTA set per writer rank (blockIdx.y = local rank); the
+// writer's slices ("tasks", op-major) are dealt round-robin to the warps of its CTAs.
 //
-// The peer and multicast paths share everything (reuse fence, task enumeration, scheduling,
-// loads, READY publication); only `store_slice` differs.
+// Two copy paths (CopyPath) share the reuse fence, task enumeration and READY publication:
+//  - bulk (sm_90): every warp runs a pipeline of `stages` 8-KiB shared-memory stages; lane 0
+//    loads slices with cp.async.bulk (mbarrier completion) and stores each one to every member
+//    with bulk stores, recycling a stage once its stores have read it. A few threads keep up to
+//    176 KiB per SM in flight, and the first loads are issued before the reuse fence waits.
+//  - registers: each warp loads a slice into registers (16 x 16 B per lane) and stores it.
+// In both, the peer and multicast stores differ only in `store_*` (multimem.st from registers).
 #pragma once
 
-#include <cub/block/block_scan.cuh>
-
+#include "cuda/bulk_copy.cuh"
 #include "cuda/kernels.h"
 #include "cuda/sync.cuh"
 
 namespace iser::cuda {
 
 struct ReplicateConfig {
-  static constexpr int kThreads = 512;
-  static constexpr int kWarps = kThreads / 32;
+  static constexpr int kMaxThreads = 512;  // launch bound of both paths
+  static constexpr int kMaxWarps = kMaxThreads / 32;
   static constexpr int kVecPerLane = static_cast<int>(kSliceBytes / 16 / 32);  // 16 x 16 B
   static constexpr int kMaxRanks = 1024;
   static constexpr int kRankWords = kMaxRanks / 32;
+  static constexpr int kMaxStages = kMaxCopyStagesPerCta;
+  static constexpr int kDefaultRegisterWarps = 16;
+  static constexpr int kDefaultBulkWarps = 4;
+  static constexpr int kDefaultBulkStages = 5;
+  static constexpr int kMaxBulkLag = 7;  // bulk_wait_read's largest immediate
 };
 
 struct ReplicateParams {
   RankSpace space;
   ReplicateArgs args;
   int32_t local_begin = 0;
+  int32_t stages = 0;  // bulk path: stages per warp
 };
 
 __device__ __forceinline__ int effective_mode(const CopyOp& op, int32_t mode_override) {
@@ -131,7 +141,8 @@ __device__ void publish_ready(const RankSpace& space, int w, uint64_t generation
     if (is_last) {
       fence_acq_rel_sys();
       const uint32_t failed = atomicExch(&scratch->replicate_failed, 0u);
-      scratch->replicate_arrivals = 0;  // every CTA of this launch has arrived
+      scratch->replicate_arrivals = 0;   // every CTA of this launch has arrived
+      scratch->generation = generation;  // read by the next kDeviceGeneration call
       value = 2 * generation + (failed ? 0 : 1);
     }
   }
@@ -166,23 +177,116 @@ __device__ __forceinline__ void multimem_store_vec(char* ptr, const int4& v) {
                : "memory");
 }
 
-// The only transport-specific step: where the loaded slice goes. Returns false when a target
-// was skipped (blocked by the reuse fence).
+// Exclusive prefix of writer w's slice counts over the ops into prefix[0..num_ops] (tasks are
+// numbered op-major). Any block size that is a multiple of 32; call from all threads.
+__device__ void scan_slice_counts(const ReplicateParams& p, int w, int64_t num_slices,
+                                  int64_t* prefix, int64_t* warp_sums) {
+  const int num_ops = p.args.num_ops;
+  const int lane = static_cast<int>(threadIdx.x) & 31;
+  const int warp_idx = static_cast<int>(threadIdx.x) / 32;
+  const int num_warps = static_cast<int>(blockDim.x) / 32;
+  int64_t running = 0;  // identical in every thread
+  for (int base = 0; base < num_ops; base += static_cast<int>(blockDim.x)) {
+    const int k = base + static_cast<int>(threadIdx.x);
+    int64_t count = 0;
+    if (k < num_ops) {
+      const CopyOp op = p.args.ops[k];
+      count = op_slice_count(op, effective_mode(op, p.args.mode_override), w, num_slices);
+    }
+    int64_t inclusive = count;
+    for (int d = 1; d < 32; d *= 2) {
+      const int64_t up = __shfl_up_sync(0xffffffffu, inclusive, d);
+      if (lane >= d) inclusive += up;
+    }
+    if (lane == 31) warp_sums[warp_idx] = inclusive;
+    __syncthreads();
+    if (warp_idx == 0) {
+      int64_t sum = lane < num_warps ? warp_sums[lane] : 0;
+      for (int d = 1; d < 32; d *= 2) {
+        const int64_t up = __shfl_up_sync(0xffffffffu, sum, d);
+        if (lane >= d) sum += up;
+      }
+      if (lane < num_warps) warp_sums[lane] = sum;  // inclusive over warps
+    }
+    __syncthreads();
+    const int64_t before = warp_idx == 0 ? 0 : warp_sums[warp_idx - 1];
+    if (k < num_ops) prefix[k] = running + before + inclusive - count;
+    running += warp_sums[num_warps - 1];
+    __syncthreads();
+  }
+  if (threadIdx.x == 0) prefix[num_ops] = running;
+  __syncthreads();
+}
+
+// One slice of one op, as writer w moves it.
+// (Trivially constructible: the bulk path keeps one per stage in shared memory.)
+struct SliceTask {
+  CopyOp op;
+  int64_t slice_idx;
+  const char* src;      // owner's home bundle, this slice
+  int64_t slot_offset;  // helper slot (bank), this slice, inside every member's region
+  int32_t bytes;
+};
+
+// `op_cursor`: the op of the caller's previous task (0 at first). A warp's tasks increase, so the
+// owning op is found by scanning forward from it (amortised O(1), no search per slice).
+__device__ __forceinline__ SliceTask locate_task(const ReplicateParams& p, const int64_t* prefix,
+                                                 int w, int bank, int64_t task, int& op_cursor) {
+  const runtime::RegionLayout& layout = p.space.layout;
+  // Ends on the op with prefix[lo] <= task < prefix[lo + 1] (its count is > 0); prefix[num_ops]
+  // = num_tasks > task bounds the scan.
+  int lo = op_cursor;
+  while (prefix[lo + 1] <= task) ++lo;
+  op_cursor = lo;
+  SliceTask t;
+  t.op = p.args.ops[lo];
+  const int mode = effective_mode(t.op, p.args.mode_override);
+  t.slice_idx = op_slice_index(t.op, mode, w, task - prefix[lo]);
+  const int64_t slice_begin = t.slice_idx * kSliceBytes;
+  t.bytes = static_cast<int32_t>(min(kSliceBytes, layout.bundle_bytes - slice_begin));
+  t.src = p.space.peer_bases[t.op.owner] +
+          layout.home_slot(p.args.layer, t.op.expert % layout.experts_per_rank) + slice_begin;
+  t.slot_offset = layout.helper_slot(bank, t.op.helper) + slice_begin;
+  return t;
+}
+
+// Where a slice lands in its group's multicast object (same arithmetic as
+// iser::multicast_offset, tested on the host).
+__device__ __forceinline__ char* multicast_slice(const ReplicateParams& p, const SliceTask& t,
+                                                 int bank) {
+  const int num_groups = p.space.layout.num_ranks / t.op.group_size;
+  const int group_idx = num_groups - 1 + t.op.group_begin / t.op.group_size;
+  return p.args.multicast_bases[group_idx] +
+         (static_cast<int64_t>(bank) * p.space.layout.num_slots + t.op.helper) *
+             p.space.layout.slot_stride +
+         t.slice_idx * kSliceBytes;
+}
+
+__device__ __forceinline__ bool any_blocked(const CopyOp& op, const uint32_t* blocked) {
+  for (int m = op.group_begin; m < op.group_begin + op.group_size; ++m) {
+    if (test_bit(blocked, m)) return true;
+  }
+  return false;
+}
+
+// ---- register path ---------------------------------------------------------------------------
+
+// Stores a slice held in registers (whole warp). Returns false when a target was skipped
+// (blocked by the reuse fence).
 template <StoreKind kStore>
-__device__ __forceinline__ bool store_slice(const ReplicateParams& p, const CopyOp& op,
-                                            const uint32_t* blocked, int64_t slot_offset,
-                                            int64_t slice_idx,
-                                            const int4 (&v)[ReplicateConfig::kVecPerLane],
-                                            int num_vec) {
+__device__ __forceinline__ bool store_registers(const ReplicateParams& p, const SliceTask& t,
+                                                int bank, const uint32_t* blocked,
+                                                const int4 (&v)[ReplicateConfig::kVecPerLane]) {
   const int lane = threadIdx.x & 31;
+  const int num_vec = t.bytes / 16;
   if constexpr (kStore == StoreKind::kPeer) {
     bool complete = true;
-    for (int m = op.group_begin; m < op.group_begin + op.group_size; ++m) {
+    for (int m = t.op.group_begin; m < t.op.group_begin + t.op.group_size; ++m) {
       if (test_bit(blocked, m)) {
         complete = false;
         continue;
       }
-      char* dst = p.space.peer_bases[m] + slot_offset;
+      char* dst = p.space.peer_bases[m] + t.slot_offset;
 #pragma unroll
       for (int u = 0; u < ReplicateConfig::kVecPerLane; ++u) {
         const int idx = u * 32 + lane;
@@ -191,17 +295,8 @@ __device__ __forceinline__ bool store_slice(const ReplicateParams& p, const Copy
     }
     return complete;
   } else {
-    for (int m = op.group_begin; m < op.group_begin + op.group_size; ++m) {
-      if (test_bit(blocked, m)) return false;  // one store reaches all members: all or none
-    }
-    const int num_ranks = p.space.layout.num_ranks;
-    const int num_groups = num_ranks / op.group_size;
-    const int group_idx = num_groups - 1 + op.group_begin / op.group_size;
-    // Same arithmetic as iser::multicast_offset (tested on the host).
-    char* dst = p.args.multicast_bases[group_idx] +
-                (static_cast<int64_t>(p.args.bank) * p.space.layout.num_slots + op.helper) *
-                    p.space.layout.slot_stride +
-                slice_idx * kSliceBytes;
+    if (any_blocked(t.op, blocked)) return false;  // one store reaches all members: all or none
+    char* dst = multicast_slice(p, t, bank);
 #pragma unroll
     for (int u = 0; u < ReplicateConfig::kVecPerLane; ++u) {
       const int idx = u * 32 + lane;
@@ -212,88 +307,198 @@ __device__ __forceinline__ bool store_slice(const ReplicateParams& p, const Copy
 }
 
 template <StoreKind kStore>
-__global__ void __launch_bounds__(ReplicateConfig::kThreads, 1)
+__device__ bool copy_with_registers(const ReplicateParams& p, const int64_t* prefix,
+                                    int64_t num_tasks, int w, int bank, const uint32_t* blocked) {
+  const int warp_idx = static_cast<int>(threadIdx.x) / 32;
+  const int lane = static_cast<int>(threadIdx.x) & 31;
+  const int num_warps = static_cast<int>(blockDim.x) / 32;
+  bool complete = true;
+  int op_cursor = 0;
+  for (int64_t task = static_cast<int64_t>(blockIdx.x) * num_warps + warp_idx; task < num_tasks;
+       task += static_cast<int64_t>(gridDim.x) * num_warps) {
+    const SliceTask t = locate_task(p, prefix, w, bank, task, op_cursor);
+    const int num_vec = t.bytes / 16;
+    int4 v[ReplicateConfig::kVecPerLane];
+#pragma unroll
+    for (int u = 0; u < ReplicateConfig::kVecPerLane; ++u) {
+      const int idx = u * 32 + lane;
+      if (idx < num_vec) v[u] = load_vec(t.src + idx * 16);
+    }
+    if (!store_registers<kStore>(p, t, bank, blocked, v)) complete = false;
+  }
+  return complete;
+}
+
+// ---- bulk path -------------------------------------------------------------------------------
+
+// One warp's pipeline: its tasks are first, first + stride, ...; task n uses stage n % stages
+// (kept incrementally in 32-bit: no 64-bit division on the issue path).
+struct WarpPipe {
+  int64_t first = 0;
+  int64_t stride = 0;
+  int64_t count = 0;
+  int stages = 0;
+  int lag = 0;             // bulk groups left in flight before a stage is refilled
+  int op_cursor = 0;       // locate_task's cursor for the loads (lane 0)
+  char* buffer = nullptr;  // stages x 8 KiB
+  uint64_t* bars = nullptr;
+  SliceTask* tasks = nullptr;  // the task each stage holds (written by lane 0 with its load)
+
+  __device__ char* stage(int s) const { return buffer + s * kSliceBytes; }
+  __device__ uint64_t* bar(int s) const { return bars + s; }
+};
+
+__device__ __forceinline__ WarpPipe make_pipe(int64_t num_tasks, int stages, char* dynamic_smem,
+                                              uint64_t* all_bars, SliceTask* all_tasks) {
+  const int warp_idx = static_cast<int>(threadIdx.x) / 32;
+  const int num_warps = static_cast<int>(blockDim.x) / 32;
+  WarpPipe pipe;
+  pipe.first = static_cast<int64_t>(blockIdx.x) * num_warps + warp_idx;
+  pipe.stride = static_cast<int64_t>(gridDim.x) * num_warps;
+  pipe.count =
+      pipe.first < num_tasks ? (num_tasks - pipe.first + pipe.stride - 1) / pipe.stride : 0;
+  pipe.stages = stages;
+  pipe.lag = min(max(stages / 2, stages > 1 ? 1 : 0), ReplicateConfig::kMaxBulkLag);
+  pipe.buffer = dynamic_smem + static_cast<int64_t>(warp_idx) * stages * kSliceBytes;
+  pipe.bars = all_bars + warp_idx * stages;
+  pipe.tasks = all_tasks + warp_idx * stages;
+  return pipe;
+}
+
+// Lane 0 only: loads task n into stage s and records the task there.
+__device__ __forceinline__ void issue_load(const ReplicateParams& p, const int64_t* prefix,
+                                           WarpPipe& pipe, int w, int bank, int64_t n, int s) {
+  const SliceTask t = locate_task(p, prefix, w, bank, pipe.first + n * pipe.stride, pipe.op_cursor);
+  pipe.tasks[s] = t;
+  mbarrier_arrive_expect_tx(pipe.bar(s), static_cast<uint32_t>(t.bytes));
+  bulk_load(pipe.stage(s), t.src, static_cast<uint32_t>(t.bytes), pipe.bar(s));
+}
+
+// Stores a slice held in shared memory. Peer: lane 0 issues one bulk store per member and
+// commits them as one group. Multicast: the warp reads the stage and issues multimem stores.
+// Returns false when a target was skipped (blocked by the reuse fence).
+template <StoreKind kStore>
+__device__ __forceinline__ bool store_stage(const ReplicateParams& p, const SliceTask& t, int bank,
+                                            const uint32_t* blocked, const char* stage) {
+  const int lane = threadIdx.x & 31;
+  if constexpr (kStore == StoreKind::kPeer) {
+    bool complete = true;
+    for (int m = t.op.group_begin; m < t.op.group_begin + t.op.group_size; ++m) {
+      if (test_bit(blocked, m)) {
+        complete = false;
+        continue;
+      }
+      if (lane == 0) {
+        bulk_store(p.space.peer_bases[m] + t.slot_offset, stage, static_cast<uint32_t>(t.bytes));
+      }
+    }
+    if (lane == 0) bulk_commit_group();
+    return complete;
+  } else {
+    if (any_blocked(t.op, blocked)) return false;
+    char* dst = multicast_slice(p, t, bank);
+    const int num_vec = t.bytes / 16;
+#pragma unroll
+    for (int u = 0; u < ReplicateConfig::kVecPerLane; ++u) {
+      const int idx = u * 32 + lane;
+      if (idx < num_vec) {
+        multimem_store_vec(dst + idx * 16, *reinterpret_cast<const int4*>(stage + idx * 16));
+      }
+    }
+    fence_proxy_async_shared();  // these reads before the bulk load that refills the stage
+    __syncwarp();
+    return true;
+  }
+}
+
+template <StoreKind kStore>
+__device__ bool copy_with_bulk(const ReplicateParams& p, const int64_t* prefix, WarpPipe& pipe,
+                               int w, int bank, const uint32_t* blocked) {
+  const int lane = static_cast<int>(threadIdx.x) & 31;
+  bool complete = true;
+  int s = 0;               // stage of task n
+  uint32_t phase = 0;      // parity of that stage's current use
+  int refill = -pipe.lag;  // stage of task n - lag (negative: none yet)
+  for (int64_t n = 0; n < pipe.count; ++n) {
+    mbarrier_wait(pipe.bar(s), phase);
+    __syncwarp();  // lane 0's record of the task (written before its load) is visible
+    const SliceTask t = pipe.tasks[s];
+    if (!store_stage<kStore>(p, t, bank, blocked, pipe.stage(s))) complete = false;
+    __syncwarp();  // every lane read the record before lane 0 may overwrite it below
+    // Refill the stage of task r = n - lag (its stores are done reading) with task r + stages.
+    const int64_t r = n - pipe.lag;
+    if (lane == 0 && r >= 0 && r + pipe.stages < pipe.count) {
+      if constexpr (kStore == StoreKind::kPeer) bulk_wait_read(pipe.lag);
+      issue_load(p, prefix, pipe, w, bank, r + pipe.stages, refill);
+    }
+    if (++s == pipe.stages) {
+      s = 0;
+      phase ^= 1u;
+    }
+    if (++refill == pipe.stages) refill = 0;
+  }
+  if constexpr (kStore == StoreKind::kPeer) {
+    if (lane == 0) bulk_wait_all_writes();
+  }
+  __syncwarp();
+  return complete;
+}
+
+// ---- kernel ----------------------------------------------------------------------------------
+
+struct ReplicateShared {
+  int64_t prefix[kMaxLocalCopyOps + 1];
+  int64_t warp_sums[ReplicateConfig::kMaxWarps];
+  uint32_t targets[ReplicateConfig::kRankWords];
+  uint32_t blocked[ReplicateConfig::kRankWords];
+  uint64_t bars[ReplicateConfig::kMaxStages];
+  SliceTask tasks[ReplicateConfig::kMaxStages];
+};
+
+template <StoreKind kStore, CopyPath kPath>
+__global__ void __launch_bounds__(ReplicateConfig::kMaxThreads, 1)
     replicate_kernel(const ReplicateParams p) {
-  using Scan = cub::BlockScan<int64_t, ReplicateConfig::kThreads>;
-  __shared__ typename Scan::TempStorage scan_storage;
-  __shared__ int64_t prefix[kMaxLocalCopyOps + 1];
-  __shared__ uint32_t targets[ReplicateConfig::kRankWords];
-  __shared__ uint32_t blocked[ReplicateConfig::kRankWords];
-  __shared__ int64_t running;
+  __shared__ ReplicateShared shared;
+  extern __shared__ __align__(128) char stage_buffer[];  // bulk path: warps x stages x 8 KiB
 
   const RankSpace& space = p.space;
   const runtime::RegionLayout& layout = space.layout;
   const int local_idx = p.local_begin + static_cast<int>(blockIdx.y);
   const int w = space.first_rank + local_idx;
   Scratch* scratch = space.scratch + local_idx;
-  const int num_ops = p.args.num_ops;
-  const int32_t mode_override = p.args.mode_override;
+  const uint64_t generation = resolve_generation(p.args.generation, &scratch->generation, true);
+  const int bank = static_cast<int>(generation % static_cast<uint64_t>(layout.num_banks));
   const int64_t num_slices = (layout.bundle_bytes + kSliceBytes - 1) / kSliceBytes;
 
-  bool cta_failed = fence_targets(space, p.args.ops, num_ops, mode_override, w, p.args.generation,
-                                  layout.num_banks, targets, blocked, scratch);
+  scan_slice_counts(p, w, num_slices, shared.prefix, shared.warp_sums);
+  const int64_t num_tasks = shared.prefix[p.args.num_ops];
 
-  // Exclusive prefix of this writer's slice counts over the ops (tasks are numbered op-major).
-  if (threadIdx.x == 0) running = 0;
-  __syncthreads();
-  for (int base = 0; base < num_ops; base += ReplicateConfig::kThreads) {
-    const int k = base + static_cast<int>(threadIdx.x);
-    int64_t count = 0;
-    if (k < num_ops) {
-      const CopyOp op = p.args.ops[k];
-      count = op_slice_count(op, effective_mode(op, mode_override), w, num_slices);
-    }
-    int64_t excl = 0;
-    int64_t total = 0;
-    Scan(scan_storage).ExclusiveSum(count, excl, total);
-    if (k < num_ops) prefix[k] = running + excl;
-    __syncthreads();
-    if (threadIdx.x == 0) running += total;
-    __syncthreads();
-  }
-  if (threadIdx.x == 0) prefix[num_ops] = running;
-  __syncthreads();
-  const int64_t num_tasks = prefix[num_ops];
-
-  const int warp_idx = static_cast<int>(threadIdx.x) / 32;
-  const int lane = static_cast<int>(threadIdx.x) & 31;
-  const int64_t warp_stride = static_cast<int64_t>(gridDim.x) * ReplicateConfig::kWarps;
-  bool warp_failed = false;
-  for (int64_t task = blockIdx.x * ReplicateConfig::kWarps + warp_idx; task < num_tasks;
-       task += warp_stride) {
-    // prefix[lo] <= task < prefix[hi]; ends on the op that owns the task (its count is > 0).
-    int lo = 0;
-    int hi = num_ops;
-    while (hi - lo > 1) {
-      const int mid = (lo + hi) / 2;
-      if (prefix[mid] <= task) {
-        lo = mid;
-      } else {
-        hi = mid;
+  WarpPipe pipe;
+  if constexpr (kPath == CopyPath::kBulk) {
+    // NOTE: the first loads read only the owners' home bundles, never a helper bank, so they may
+    // start before the reuse fence below has cleared the targets.
+    pipe = make_pipe(num_tasks, p.stages, stage_buffer, shared.bars, shared.tasks);
+    if ((threadIdx.x & 31) == 0) {
+      for (int s = 0; s < pipe.stages; ++s) mbarrier_init(pipe.bars + s, 1);
+      fence_mbarrier_init();
+      for (int n = 0; n < pipe.stages && n < pipe.count; ++n) {
+        issue_load(p, shared.prefix, pipe, w, bank, n, n);
       }
     }
-    const CopyOp op = p.args.ops[lo];
-    const int mode = effective_mode(op, mode_override);
-    const int64_t slice_idx = op_slice_index(op, mode, w, task - prefix[lo]);
-    const int64_t slice_begin = slice_idx * kSliceBytes;
-    const int64_t bytes = min(kSliceBytes, layout.bundle_bytes - slice_begin);
-    const int num_vec = static_cast<int>(bytes / 16);
-    const char* src = space.peer_bases[op.owner] +
-                      layout.home_slot(p.args.layer, op.expert % layout.experts_per_rank) +
-                      slice_begin;
-    int4 v[ReplicateConfig::kVecPerLane];
-#pragma unroll
-    for (int u = 0; u < ReplicateConfig::kVecPerLane; ++u) {
-      const int idx = u * 32 + lane;
-      if (idx < num_vec) v[u] = load_vec(src + idx * 16);
-    }
-    const int64_t slot_offset = layout.helper_slot(p.args.bank, op.helper) + slice_begin;
-    if (!store_slice<kStore>(p, op, blocked, slot_offset, slice_idx, v, num_vec)) {
-      warp_failed = true;
-    }
+    __syncwarp();
   }
-  if (warp_failed) cta_failed = true;
-  publish_ready(space, w, p.args.generation, cta_failed, gridDim.x, scratch);
+
+  bool cta_failed =
+      fence_targets(space, p.args.ops, p.args.num_ops, p.args.mode_override, w, generation,
+                    layout.num_banks, shared.targets, shared.blocked, scratch);
+  bool complete = true;
+  if constexpr (kPath == CopyPath::kBulk) {
+    complete = copy_with_bulk<kStore>(p, shared.prefix, pipe, w, bank, shared.blocked);
+  } else {
+    complete = copy_with_registers<kStore>(p, shared.prefix, num_tasks, w, bank, shared.blocked);
+  }
+  if (!complete) cta_failed = true;
+  publish_ready(space, w, generation, cta_failed, gridDim.x, scratch);
 }
 
 }  // namespace iser::cuda

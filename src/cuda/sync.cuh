@@ -49,4 +49,13 @@ __device__ __forceinline__ void report(Scratch* scratch, uint32_t code, int32_t 
   }
 }
 
+// The generation (or epoch) a kernel acts on: the host's, or the device counter `*counter`
+// (+1 for a writer, which advances the counter when it is done).
+// NOTE: a volatile read, so the value cannot be re-read after the counter was advanced.
+__device__ __forceinline__ uint64_t resolve_generation(uint64_t requested, const uint64_t* counter,
+                                                       bool next) {
+  if (requested != kDeviceGeneration) return requested;
+  return *reinterpret_cast<const volatile uint64_t*>(counter) + (next ? 1 : 0);
+}
+
 }  // namespace iser::cuda

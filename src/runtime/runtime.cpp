@@ -1,5 +1,6 @@
 // Runtime set-up (symmetric memory, peer mappings) and the host side of every runtime call.
 #include <algorithm>
+#include <cstddef>
 #include <cstring>
 #include <vector>
 
@@ -198,6 +199,16 @@ cuda::RankSpace make_space(const RuntimeConfig& config, void* peer_bases, int fi
   return space;
 }
 
+// One local rank's scratch, after the device drained.
+cuda::Scratch read_scratch(const void* device_scratch, int local_idx) {
+  ISER_CUDA_CHECK(cudaDeviceSynchronize());
+  cuda::Scratch scratch{};
+  ISER_CUDA_CHECK(cudaMemcpy(
+      &scratch, static_cast<const char*>(device_scratch) + cuda::scratch_bytes() * local_idx,
+      sizeof(scratch), cudaMemcpyDeviceToHost));
+  return scratch;
+}
+
 // Who writes an op under a transport (-1: as the op says).
 int32_t mode_override(Transport transport) {
   switch (transport) {
@@ -217,7 +228,6 @@ int32_t mode_override(Transport transport) {
 
 void Runtime::exchange_counts(const int32_t* rows, int32_t* matrix, uint64_t epoch,
                               StreamHandle stream) {
-  ISER_CHECK(epoch >= 1, "count exchange: epoch = {} must be >= 1", epoch);
   ISER_CHECK(rows != nullptr && matrix != nullptr, "count exchange: null rows or matrix");
   ISER_CUDA_CHECK(cuda::launch_count_exchange(
       make_space(config_, device_peer_bases_, first_rank_, device_scratch_), rows, matrix, epoch,
@@ -243,7 +253,6 @@ void Runtime::replicate_ranks(int local_begin, int local_end, const CopyOp* ops,
 void Runtime::launch_replicate(int local_begin, int local_end, const CopyOp* ops, int num_ops,
                                int layer, uint64_t generation, Transport transport,
                                StreamHandle stream, int num_sms) {
-  ISER_CHECK(generation >= 1, "replicate: generation = {} must be >= 1", generation);
   ISER_CHECK(layer >= 0 && layer < config_.num_layers, "replicate: layer = {} not in [0, {})",
              layer, config_.num_layers);
   ISER_CHECK(num_ops >= 0 && num_ops <= kMaxLocalCopyOps, "replicate: num_ops = {} not in [0, {}]",
@@ -254,7 +263,6 @@ void Runtime::launch_replicate(int local_begin, int local_end, const CopyOp* ops
   args.ops = ops;
   args.num_ops = num_ops;
   args.layer = layer;
-  args.bank = bank_of(generation);
   args.generation = generation;
   switch (transport) {
     case Transport::kPlan:
@@ -280,12 +288,16 @@ void Runtime::launch_replicate(int local_begin, int local_end, const CopyOp* ops
   }
   ISER_CUDA_CHECK(cuda::launch_replicate(
       make_space(config_, device_peer_bases_, first_rank_, device_scratch_), args, local_begin,
-      local_end, num_sms > 0 ? num_sms : config_.copy_sms, stream));
+      local_end, num_sms > 0 ? num_sms : config_.copy_sms,
+      cuda::resolve_copy_shape(config_.copy_path, config_.copy_warps, config_.copy_stages),
+      stream));
 }
 
 void Runtime::replicate_copy_engine(std::span<const CopyOp> ops, int layer, uint64_t generation,
                                     StreamHandle stream) {
-  ISER_CHECK(generation >= 1, "replicate: generation = {} must be >= 1", generation);
+  ISER_CHECK(generation != kDeviceGeneration,
+             "replicate: the copy-engine transport needs an explicit generation (the host picks "
+             "the bank of every copy), got kDeviceGeneration");
   ISER_CHECK(layer >= 0 && layer < config_.num_layers, "replicate: layer = {} not in [0, {})",
              layer, config_.num_layers);
   validate_copy_list(config_, ops);
@@ -315,7 +327,6 @@ void Runtime::replicate_copy_engine(std::span<const CopyOp> ops, int layer, uint
 
 void Runtime::ready_gate(const CopyOp* ops, int num_ops, uint64_t generation, int32_t* slot_expert,
                          StreamHandle stream, Transport transport) {
-  ISER_CHECK(generation >= 1, "READY gate: generation = {} must be >= 1", generation);
   ISER_CHECK(num_ops >= 0 && num_ops <= kMaxLocalCopyOps, "READY gate: num_ops = {} not in [0, {}]",
              num_ops, kMaxLocalCopyOps);
   ISER_CHECK(num_ops == 0 || ops != nullptr, "READY gate: {} ops but a null op list", num_ops);
@@ -340,17 +351,27 @@ void Runtime::release_bank(uint64_t generation, StreamHandle stream) {
 
 RuntimeStatus Runtime::status(int local_idx) const {
   check_local(local_idx);
-  ISER_CUDA_CHECK(cudaDeviceSynchronize());
-  cuda::Scratch scratch{};
-  ISER_CUDA_CHECK(
-      cudaMemcpy(&scratch, static_cast<char*>(device_scratch_) + cuda::scratch_bytes() * local_idx,
-                 sizeof(scratch), cudaMemcpyDeviceToHost));
+  const cuda::Scratch scratch = read_scratch(device_scratch_, local_idx);
   RuntimeStatus s;
   s.code = static_cast<StatusCode>(scratch.code);
   s.peer = scratch.peer;
   s.tag = scratch.tag;
   s.fallback_routes = scratch.fallback_routes;
   return s;
+}
+
+uint64_t Runtime::last_generation(int local_idx) const {
+  check_local(local_idx);
+  return read_scratch(device_scratch_, local_idx).generation;
+}
+
+void Runtime::set_copy_shape(CopyPath path, int warps, int stages) {
+  RuntimeConfig next = config_;
+  next.copy_path = path;
+  next.copy_warps = warps;
+  next.copy_stages = stages;
+  next.validate();
+  config_ = next;
 }
 
 void Runtime::check_status() const {
@@ -362,7 +383,9 @@ void Runtime::check_status() const {
 
 void Runtime::clear_status() {
   ISER_CUDA_CHECK(cudaDeviceSynchronize());
-  ISER_CUDA_CHECK(cudaMemset(device_scratch_, 0, cuda::scratch_bytes() * num_local_ranks_));
+  // The status words only: the generation counters survive (kDeviceGeneration continues).
+  ISER_CUDA_CHECK(cudaMemset2D(device_scratch_, cuda::scratch_bytes(), 0,
+                               offsetof(cuda::Scratch, generation), num_local_ranks_));
 }
 
 }  // namespace iser

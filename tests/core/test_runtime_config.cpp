@@ -54,6 +54,17 @@ TEST(RuntimeConfig, ValidateNamesTheField) {
   c = small_config();
   c.copy_sms = 0;
   expect_error([&] { c.validate(); }, "copy_sms = 0");
+  c = small_config();
+  c.copy_warps = 17;
+  expect_error([&] { c.validate(); }, "copy_warps = 17");
+  c = small_config();
+  c.copy_warps = 8;
+  c.copy_stages = 3;
+  expect_error([&] { c.validate(); }, "copy_warps x copy_stages = 8 x 3");
+  c.copy_path = CopyPath::kRegisters;  // no shared-memory stages
+  c.validate();
+  c.copy_stages = 23;
+  expect_error([&] { c.validate(); }, "copy_stages = 23");
 }
 
 TEST(RuntimeConfig, FingerprintMismatchNamesRankAndField) {

@@ -56,39 +56,54 @@ TEST_P(LogicalRanks, ReplicasMatchOwnersForEveryTransport) {
   std::mt19937 rng(1234 + GetParam());
   DeviceVector<int32_t> slot_expert(static_cast<size_t>(c.num_ranks) * c.num_ranks * c.num_slots);
   uint64_t generation = 0;
-  for (Transport t :
-       {Transport::kPlan, Transport::kP2PDirect, Transport::kP2PSami, Transport::kCopyEngine}) {
-    for (int round = 0; round < 3; ++round) {
-      ++generation;
-      const int layer = static_cast<int>(generation % 2);
-      const std::vector<CopyOp> ops = random_ops(c, rng, 4 * c.num_slots);
-      poison_helpers(*rt);
-      DeviceVector<CopyOp> device_ops(ops);
-      if (t == Transport::kCopyEngine) {
-        rt->replicate_copy_engine(ops, layer, generation, stream_);
-      } else {
-        rt->replicate(device_ops.get(), static_cast<int>(ops.size()), layer, generation, t, stream_,
-                      1 + round * 3);
+  // Copy shapes: the default bulk pipeline, one stage (no lag), deep stages, registers.
+  struct Shape {
+    CopyPath path;
+    int warps;
+    int stages;
+  };
+  for (const Shape shape : {Shape{CopyPath::kBulk, 0, 0}, Shape{CopyPath::kBulk, 1, 1},
+                            Shape{CopyPath::kBulk, 2, 11}, Shape{CopyPath::kRegisters, 0, 0}}) {
+    rt->set_copy_shape(shape.path, shape.warps, shape.stages);
+    const std::string what = std::string(to_string(shape.path)) + " " +
+                             std::to_string(shape.warps) + "x" + std::to_string(shape.stages);
+    for (Transport t :
+         {Transport::kPlan, Transport::kP2PDirect, Transport::kP2PSami, Transport::kCopyEngine}) {
+      if (t == Transport::kCopyEngine && (shape.path != CopyPath::kBulk || shape.warps != 0)) {
+        continue;  // no SM copy: once is enough
       }
-      rt->ready_gate(device_ops.get(), static_cast<int>(ops.size()), generation, slot_expert.get(),
-                     stream_, t);
-      ISER_EXPECT_CUDA(cudaStreamSynchronize(stream_));
-      rt->check_status();
-      expect_bank(*rt, ops, layer, 0, std::string(to_string(t)).c_str());
-      const auto want = expected_slot_expert(c, ops);
-      const auto got = slot_expert.download();
-      for (int i = 0; i < c.num_ranks; ++i) {
-        EXPECT_EQ(std::vector<int32_t>(got.begin() + i * want.size(),
-                                       got.begin() + (i + 1) * want.size()),
-                  want)
-            << "slot_expert of rank " << i;
-      }
-      for (int r = 0; r < c.num_ranks; ++r) {
-        for (uint64_t v : read_flags(*rt, r, runtime::make_region_layout(c).ready_flags)) {
-          EXPECT_EQ(v, 2 * generation + 1) << "READY flag on rank " << r;
+      for (int round = 0; round < 3; ++round) {
+        ++generation;
+        const int layer = static_cast<int>(generation % 2);
+        const std::vector<CopyOp> ops = random_ops(c, rng, 4 * c.num_slots);
+        poison_helpers(*rt);
+        DeviceVector<CopyOp> device_ops(ops);
+        if (t == Transport::kCopyEngine) {
+          rt->replicate_copy_engine(ops, layer, generation, stream_);
+        } else {
+          rt->replicate(device_ops.get(), static_cast<int>(ops.size()), layer, generation, t,
+                        stream_, 1 + round * 3);
         }
+        rt->ready_gate(device_ops.get(), static_cast<int>(ops.size()), generation,
+                       slot_expert.get(), stream_, t);
+        ISER_EXPECT_CUDA(cudaStreamSynchronize(stream_));
+        rt->check_status();
+        expect_bank(*rt, ops, layer, 0, (std::string(to_string(t)) + ", " + what).c_str());
+        const auto want = expected_slot_expert(c, ops);
+        const auto got = slot_expert.download();
+        for (int i = 0; i < c.num_ranks; ++i) {
+          EXPECT_EQ(std::vector<int32_t>(got.begin() + i * want.size(),
+                                         got.begin() + (i + 1) * want.size()),
+                    want)
+              << "slot_expert of rank " << i;
+        }
+        for (int r = 0; r < c.num_ranks; ++r) {
+          for (uint64_t v : read_flags(*rt, r, runtime::make_region_layout(c).ready_flags)) {
+            EXPECT_EQ(v, 2 * generation + 1) << "READY flag on rank " << r;
+          }
+        }
+        rt->release_bank(generation, stream_);
       }
-      rt->release_bank(generation, stream_);
     }
   }
 }
