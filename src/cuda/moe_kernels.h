@@ -101,3 +101,22 @@ struct CombineConfig {
 void launch_combine(const CombineParams& params, cudaStream_t stream);
 
 }  // namespace iser::cuda
+
+namespace iser::cuda {
+
+// ---- bitwise comparison: mismatches += #{i < num_elems : a[i] != b[i]} -----------------------
+// Verifies at construction that a cublasLt tail algorithm writes the same bytes as the pinned
+// one (src/moe/lt_verify.cpp). One counter per comparison, accumulated atomically.
+struct CountMismatchesParams {
+  const uint16_t* a = nullptr;
+  const uint16_t* b = nullptr;
+  int64_t num_elems = 0;
+  uint32_t* mismatches = nullptr;  // device counter, added to
+};
+struct CountMismatchesConfig {
+  static constexpr int kThreads = 256;
+  static constexpr int kMaxBlocks = 1024;
+};
+void launch_count_mismatches(const CountMismatchesParams& params, cudaStream_t stream);
+
+}  // namespace iser::cuda
