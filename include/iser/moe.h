@@ -91,18 +91,20 @@ enum class GemmBackend : uint8_t {
 
 // Scheduling of the kLtPinned backend (ignored by kGrouped). None of these changes a token's
 // output bytes: every row is computed by the pinned algorithm or by a tail algorithm verified
-// on the device to give the pinned algorithm's bytes (src/moe/lt_gemm.h).
+// on the device to give the pinned algorithm's bytes (src/moe/lt_gemm.h). The defaults are the
+// fastest ON schedule of the E3 variant matrix on H200 (docs/benchmarks.md).
 struct GroupedMlpOptions {
   GemmBackend backend = GemmBackend::kLtPinned;
-  // Streams the per-slot work is spread over (forked from and joined to the caller's stream).
-  int num_lanes = 4;
+  // Streams the per-slot work is spread over (forked from and joined to the caller's stream);
+  // each holds a 32 MiB cuBLAS workspace.
+  int num_lanes = 8;
   // true: each slot runs GEMM 1 -> SiLU-multiply -> GEMM 2 on its lane, slots dealt to lanes
   // largest first to the least-loaded lane (no join between the passes). false: two passes,
   // slots round-robin in slot order, one SiLU-multiply over all rows in between.
   bool chain_slots = true;
   // Smallest row granule of a tail algorithm (see PinnedLtGemm); 0: no tail algorithms (a
   // slot's last partial granule runs on the pinned algorithm, padded).
-  int min_tail_granule = 32;
+  int min_tail_granule = 8;
 };
 
 // Grouped gated MLP over the slots of one rank. Rows of x are grouped by slot, in slot order:
