@@ -1,7 +1,7 @@
 // Expert compute of the reference EP MoE layer (DESIGN §10): a gated MLP per expert slot,
 //   y = W2 · (silu(W1 · x) ⊙ (W3 · x)),
 // bf16 weights and activations, fp32 accumulation, over the H home + S helper slots of one rank,
-// computed with cuBLAS grouped GEMM (one group per non-empty slot).
+// computed with cuBLAS (cublasLt calls per non-empty slot by default; see GemmBackend).
 //
 // Device buffers cross this API as untyped pointers and streams as `Stream` (the opaque
 // CUstream_st* behind cudaStream_t), so the header needs no CUDA include.

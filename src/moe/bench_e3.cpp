@@ -1,5 +1,5 @@
-// E3 analogue on one GPU (include/iser/moe_bench.h): the paper's Figure 9 with cuBLAS grouped
-// GEMM standing in for MegaMoE. EP ranks are simulated: every rank's expert computation is the
+// E3 analogue on one GPU (include/iser/moe_bench.h): the paper's Figure 9 with cuBLAS (GroupedMlp)
+// standing in for MegaMoE. EP ranks are simulated: every rank's expert computation is the
 // same grouped gated MLP over its H home + S helper slots, so each rank is timed alone on the one
 // GPU with its own per-slot loads, and a cell reports its slowest rank.
 //
@@ -7,6 +7,8 @@
 // generator (Zipf exponent alpha) and (b) a per-layer histogram trace (default: the bundled
 // DeepSeek-V4.1-Flash coding histograms), both sampled with the E3 rule of DESIGN §8 (each token
 // draws top-k distinct experts with probability proportional to the count), iteration 0.
+// --variants times several GroupedMlp schedules in one process, each against its own balanced
+// control; the fair baseline across them is the fastest balanced time.
 #include <algorithm>
 #include <cmath>
 #include <cstdio>
