@@ -194,6 +194,7 @@ void PinnedLtGemm::pin_tails(int min_tail_granule, size_t workspace_bytes) {
     if (it != tail_cache().end()) {
       tails_ = it->second.tails;
       rejected_tails_ = it->second.rejected;
+      for (const LtAlgo& tail : tails_) tail_granules_.push_back(tail.granule);
       return;
     }
   }
@@ -254,6 +255,7 @@ void PinnedLtGemm::verify_tails(const std::vector<LtAlgo>& candidates, size_t wo
   }
   std::sort(tails_.begin(), tails_.end(),
             [](const LtAlgo& x, const LtAlgo& y) { return x.granule > y.granule; });
+  for (const LtAlgo& tail : tails_) tail_granules_.push_back(tail.granule);
 }
 
 bool PinnedLtGemm::matches_pinned(const cublasLtMatmulAlgo_t& candidate, std::span<const int> ns,

@@ -25,6 +25,8 @@
 #include <string>
 #include <vector>
 
+#include "moe/lt_pieces.h"
+
 namespace iser::moe {
 
 // m x n of a cublasLt tile or cluster shape id; {0, 0} where the id is unknown.
@@ -70,7 +72,7 @@ class PinnedLtGemm {
   // The heuristic's proposals at n (successful states only).
   std::vector<cublasLtMatmulAlgo_t> proposals(int64_t n, size_t workspace_bytes);
 
-  // Calls f(algo, first_row, rows) for the pieces of an n-row call, in row order: the whole
+  // Calls f(algo, first_row, rows) for the pieces of an n-row call (split_rows): the whole
   // pinned granules, then at most one launch for the rest. Deterministic in n.
   template <typename F>
   void for_each_piece(int64_t n, F&& f) const;
@@ -99,27 +101,18 @@ class PinnedLtGemm {
   cublasLtMatmulDesc_t desc_ = nullptr;
   cublasLtMatrixLayout_t a_ = nullptr, b_ = nullptr, d_ = nullptr;
   LtAlgo pinned_;
-  std::vector<LtAlgo> tails_;  // verified; granules strictly decreasing, below pinned_.granule
-  int rejected_tails_ = 0;     // candidates that failed the bitwise check
+  std::vector<LtAlgo> tails_;       // verified; granules strictly decreasing, below pinned_.granule
+  std::vector<int> tail_granules_;  // tails_[i].granule
+  int rejected_tails_ = 0;          // candidates that failed the bitwise check
 };
 
 template <typename F>
 void PinnedLtGemm::for_each_piece(int64_t n, F&& f) const {
-  if (n <= 0) return;
-  const int64_t left = tails_.empty() ? 0 : n % pinned_.granule;
-  // The rest goes to the tail of smallest granule that still holds it in one column of tiles:
-  // every column of a launch streams the whole weight matrix, so two columns of a smaller tile
-  // cost more than one of a larger. None holds it: the pinned algorithm takes all n at once.
-  const LtAlgo* best = nullptr;
-  for (const LtAlgo& tail : tails_) {  // granules decreasing
-    if (left > 0 && tail.granule >= left) best = &tail;
+  LtPiece pieces[2];
+  const int count = split_rows(n, pinned_.granule, tail_granules_, pieces);
+  for (int i = 0; i < count; ++i) {
+    f(pieces[i].tail < 0 ? pinned_ : tails_[pieces[i].tail], pieces[i].first_row, pieces[i].rows);
   }
-  if (best == nullptr) {
-    f(pinned_, int64_t{0}, n);
-    return;
-  }
-  if (n > left) f(pinned_, int64_t{0}, n - left);
-  f(*best, n - left, left);
 }
 
 }  // namespace iser::moe

@@ -10,6 +10,7 @@
 
 #include "moe/cublas_check.h"
 #include "moe/lt_gemm.h"
+#include "moe/lt_pieces.h"
 #include "moe_test_util.h"
 
 namespace iser::moe {
@@ -64,6 +65,43 @@ TEST(LtGemm, CheckRejectsASplitKAlgorithm) {
     }
   }
   GTEST_SKIP() << "the heuristic proposed no split-K algorithm on this device";
+}
+
+// Host arithmetic only (runs without a GPU): the pieces cover [0, n) in order, whole granules
+// stay on the pinned algorithm, and the rest goes to the smallest tail that holds it.
+TEST(LtGemm, SplitRowsPutsWholeGranulesOnThePinnedAlgorithm) {
+  const std::vector<std::vector<int>> tail_sets = {{}, {128}, {160, 128, 64, 32, 16}, {128, 64, 8}};
+  for (const std::vector<int>& tails : tail_sets) {
+    for (int64_t n = 0; n <= 2100; ++n) {
+      LtPiece pieces[2];
+      const int count = split_rows(n, 256, tails, pieces);
+      ASSERT_EQ(count == 0, n == 0);
+      int64_t row = 0;
+      for (int i = 0; i < count; ++i) {
+        ASSERT_EQ(pieces[i].first_row, row) << "n " << n;
+        ASSERT_GT(pieces[i].rows, 0) << "n " << n;
+        row += pieces[i].rows;
+      }
+      ASSERT_EQ(row, n);
+      const int64_t left = n % 256;
+      int want = -1;  // the smallest tail granule >= left
+      for (int i = 0; i < static_cast<int>(tails.size()); ++i) {
+        if (left > 0 && tails[i] >= left) want = i;
+      }
+      if (count == 0) continue;
+      if (want < 0) {
+        ASSERT_EQ(count, 1) << "n " << n;
+        EXPECT_EQ(pieces[0].tail, -1);
+        continue;
+      }
+      ASSERT_EQ(pieces[count - 1].tail, want) << "n " << n;
+      ASSERT_EQ(pieces[count - 1].rows, left) << "n " << n;
+      if (count == 2) {
+        EXPECT_EQ(pieces[0].tail, -1);
+        EXPECT_EQ(pieces[0].rows % 256, 0) << "n " << n;
+      }
+    }
+  }
 }
 
 }  // namespace
