@@ -291,9 +291,17 @@ VariantSummary time_variant(const E3Options& opt, const Topology& topo, const Gr
     cell.t_bal = timer.median_us(balanced_rows[tau_idx]);
     cell.t_on = time_slowest(timer, topo, cell.on, opt.margin);
     const double bal = cell.t_bal;
-    const double on_pad = padding_percent(
-        mlp, std::span<const int32_t>(cell.on.slots)
-                 .subspan(static_cast<size_t>(cell.t_on.rank) * per_rank, per_rank));
+    const std::span<const int32_t> on_rows =
+        std::span<const int32_t>(cell.on.slots)
+            .subspan(static_cast<size_t>(cell.t_on.rank) * per_rank, per_rank);
+    const double on_pad = padding_percent(mlp, on_rows);
+    // The shape of the slowest ON rank's work: slots that stream their weights for few rows.
+    int small_slots = 0, empty_slots = 0, max_slot_rows = 0;
+    for (const int32_t rows : on_rows) {
+      empty_slots += rows == 0;
+      small_slots += rows > 0 && rows < 256;
+      max_slot_rows = std::max<int>(max_slot_rows, rows);
+    }
     fmt::print(
         "{:<9} {:>5} {:>6} {:>6.3f} {:>6.3f} {:>4} {:>10.1f} {:>10.1f} {:>10.1f} {:>+7.2f}% "
         "{:>7.3f}x {:>+6.1f}% {:>3}/{}\n",
@@ -312,6 +320,9 @@ VariantSummary time_variant(const E3Options& opt, const Topology& topo, const Gr
                           {"on_us", cell.t_on.us},
                           {"balanced_us", bal},
                           {"on_padding_percent", on_pad},
+                          {"on_slots_under_256_rows", small_slots},
+                          {"on_empty_slots", empty_slots},
+                          {"on_max_slot_rows", max_slot_rows},
                           {"slowest_rank_off", cell.t_off.rank},
                           {"slowest_rank_on", cell.t_on.rank}});
   }
