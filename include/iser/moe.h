@@ -1,7 +1,7 @@
 // Expert compute of the reference EP MoE layer (DESIGN §10): a gated MLP per expert slot,
 //   y = W2 · (silu(W1 · x) ⊙ (W3 · x)),
 // bf16 weights and activations, fp32 accumulation, over the H home + S helper slots of one rank,
-// computed with cuBLAS grouped GEMM (one group per non-empty slot).
+// computed with cuBLAS (cublasLt calls per non-empty slot by default; see GemmBackend).
 //
 // Device buffers cross this API as untyped pointers and streams as `Stream` (the opaque
 // CUstream_st* behind cudaStream_t), so the header needs no CUDA include.
@@ -77,16 +77,34 @@ class ExpertBank {
 
 // How the two GEMM passes run.
 enum class GemmBackend : uint8_t {
-  // cublasLt, one call per non-empty slot (spread over 4 streams, forked from and joined to the
-  // caller's stream), with one algorithm per pass pinned at construction (no split-K). Each output
-  // element's accumulation order then depends on the expert shape
-  // only, so a token's output bytes do not depend on its slot's row count or its position: the
-  // ON/OFF bitwise guarantee rests on this. The default.
+  // cublasLt, one call per non-empty slot (spread over forked streams, see GroupedMlpOptions),
+  // with one algorithm per pass pinned at construction (no split-K). Each output element's
+  // accumulation order then depends on the expert shape only, so a token's output bytes do not
+  // depend on its slot's row count or its position: the ON/OFF bitwise guarantee rests on this.
+  // The default.
   kLtPinned = 0,
   // cublasGemmGroupedBatchedEx, one call per pass for all slots. cuBLAS picks kernels from the
   // whole problem set, so a token's output can differ in the last bits between groupings
   // (measured on H200); kept for comparison.
   kGrouped = 1,
+};
+
+// Scheduling of the kLtPinned backend (ignored by kGrouped). None of these changes a token's
+// output bytes: every row is computed by the pinned algorithm or by a tail algorithm verified
+// on the device to give the pinned algorithm's bytes (src/moe/lt_gemm.h). The defaults are the
+// fastest ON schedule of the E3 variant matrix on H200 (docs/benchmarks.md).
+struct GroupedMlpOptions {
+  GemmBackend backend = GemmBackend::kLtPinned;
+  // Streams the per-slot work is spread over (forked from and joined to the caller's stream);
+  // each holds a 32 MiB cuBLAS workspace.
+  int num_lanes = 8;
+  // true: each slot runs GEMM 1 -> SiLU-multiply -> GEMM 2 on its lane, slots dealt to lanes
+  // largest first to the least-loaded lane (no join between the passes). false: two passes,
+  // slots round-robin in slot order, one SiLU-multiply over all rows in between.
+  bool chain_slots = true;
+  // Smallest row granule of a tail algorithm (see PinnedLtGemm); 0: no tail algorithms (a
+  // slot's last partial granule runs on the pinned algorithm, padded).
+  int min_tail_granule = 8;
 };
 
 // Grouped gated MLP over the slots of one rank. Rows of x are grouped by slot, in slot order:
@@ -98,6 +116,7 @@ class GroupedMlp {
  public:
   GroupedMlp(ExpertShape shape, int num_slots, int64_t max_rows,
              GemmBackend backend = GemmBackend::kLtPinned);
+  GroupedMlp(ExpertShape shape, int num_slots, int64_t max_rows, const GroupedMlpOptions& options);
   ~GroupedMlp();
   GroupedMlp(GroupedMlp&&) noexcept;
   GroupedMlp& operator=(GroupedMlp&&) noexcept;
@@ -106,7 +125,12 @@ class GroupedMlp {
   int num_slots() const;
   int64_t max_rows() const;
   GemmBackend backend() const;
-  std::string describe() const;  // backend and pinned algorithms, for benchmark headers
+  const GroupedMlpOptions& options() const;
+  std::string describe() const;  // backend, scheduling and algorithms, for benchmark headers
+  // Rows the GEMM launches of run(rows_per_slot) compute, both passes summed: each slot's rows
+  // rounded up to the row granules of the algorithms that run them (kLtPinned; 0 for kGrouped,
+  // whose kernels are not known). 2 * sum(rows_per_slot) when nothing is padded.
+  int64_t padded_rows(std::span<const int32_t> rows_per_slot) const;
 
   // Pointer table of every slot (num_slots entries, none null). Stream-ordered on `stream`.
   void set_weights(std::span<const SlotWeights> slots, Stream stream);

@@ -13,11 +13,16 @@
 //
 // OFF (balance = false): home slots only; no replication, no READY gate.
 // ON and OFF outputs are bitwise identical (see include/iser/moe_layer.h for why).
-// A READY-gate timeout is not survived silently: forward() throws iser::Error (the helper
-// results of that invocation may have used stale weights).
+// READY failure (a writer timed out, failed or ran too late): right after the gate, MAIN refills
+// each of this rank's helper slots that the gate did not validate with its expert's home bundle,
+// read from the owner's symmetric memory, so the helper GEMMs compute those routes with the home
+// expert's bytes and the output stays the same; finish() logs it to stderr, reports the count
+// (EpLayerTimings::fallback_slots) and clears the runtime status. Other device-side failures
+// (count exchange, reuse fence) make finish() throw.
 #pragma once
 
 #include <cstdint>
+#include <functional>
 #include <memory>
 #include <span>
 
@@ -28,12 +33,13 @@
 namespace iser::moe {
 
 struct EpLayerTimings {
-  float layer_ms = 0;         // MAIN: invocation start -> combine done
-  float shared_ms = 0;        // MAIN: shared expert
-  float copy_ms = 0;          // COPY: replicate kernel (0 when OFF)
-  float ready_wait_ms = 0;    // MAIN: READY gate, i.e. the exposed part of the copy (0 when OFF)
-  double counts_wait_us = 0;  // host: waiting for the count exchange
-  double plan_us = 0;         // host: plan, copy list and routing maps
+  float layer_ms = 0;           // MAIN: invocation start -> combine done
+  float shared_ms = 0;          // MAIN: shared expert
+  float copy_ms = 0;            // COPY: replicate kernel (0 when OFF)
+  float ready_wait_ms = 0;      // MAIN: READY gate, i.e. the exposed part of the copy (0 when OFF)
+  double counts_wait_us = 0;    // host: waiting for the count exchange
+  double plan_us = 0;           // host: plan, copy list and routing maps
+  uint32_t fallback_slots = 0;  // helper slots refilled from home bundles after a READY failure
 };
 
 class EpMoeLayer {
@@ -55,9 +61,12 @@ class EpMoeLayer {
   // (after the count exchange) ; stats are this rank's view.
   LayerInvocationStats forward(const void* input, std::span<const int32_t> topk_ids,
                                std::span<const float> topk_weights, bool balance, void* output);
-  // Waits for the last invocation and returns its timings; throws iser::Error when the runtime
-  // reports a device-side failure (READY timeout, failed copy).
+  // Waits for the last invocation and returns its timings. A READY failure was handled (see
+  // above); any other device-side failure the runtime reports throws iser::Error.
   EpLayerTimings finish();
+  // Fault injection (tests): `hook` is called with the COPY stream right before each
+  // replication is enqueued (e.g. to stall it); an empty function removes it.
+  void set_copy_hook(std::function<void(Stream)> hook);
 
  private:
   struct Impl;

@@ -101,3 +101,49 @@ struct CombineConfig {
 void launch_combine(const CombineParams& params, cudaStream_t stream);
 
 }  // namespace iser::cuda
+
+namespace iser::cuda {
+
+// ---- bitwise comparison: mismatches += #{i < num_elems : a[i] != b[i]} -----------------------
+// Verifies at construction that a cublasLt tail algorithm writes the same bytes as the pinned
+// one (src/moe/lt_verify.cpp). One counter per comparison, accumulated atomically.
+struct CountMismatchesParams {
+  const uint16_t* a = nullptr;
+  const uint16_t* b = nullptr;
+  int64_t num_elems = 0;
+  uint32_t* mismatches = nullptr;  // device counter, added to
+};
+struct CountMismatchesConfig {
+  static constexpr int kThreads = 256;
+  static constexpr int kMaxBlocks = 1024;
+};
+void launch_count_mismatches(const CountMismatchesParams& params, cudaStream_t stream);
+
+}  // namespace iser::cuda
+
+namespace iser::cuda {
+
+// ---- READY fallback: refill helper slots whose replica the READY gate did not validate -------
+// For local helper slot h with a planned expert (expert[h] >= 0): when the gate's view
+// slot_expert[slot_base + h] differs (no valid replica: the writer timed out or failed), copies
+// the expert's home bundle from its owner's symmetric memory (src[h], a peer mapping) into the
+// slot (dst[h]) and counts the slot; otherwise does nothing. The helper GEMMs then compute those
+// routes with the home expert's bytes, so the layer's output is the same as with the replica.
+struct FallbackCopyConfig {
+  static constexpr int kThreads = 256;
+  static constexpr int kBlocksPerSlot = 64;
+  static constexpr int kMaxSlots = 32;
+};
+struct FallbackCopyParams {
+  const int32_t* slot_expert = nullptr;  // the READY gate's output, [P * S] for this rank
+  int32_t slot_base = 0;                 // this rank's first entry: rank * S
+  int num_slots = 0;                     // S (<= kMaxSlots)
+  int64_t bytes = 0;                     // bundle bytes, a multiple of 16
+  uint32_t* fallback_slots = nullptr;    // device counter, += 1 per slot refilled
+  int32_t expert[FallbackCopyConfig::kMaxSlots] = {};
+  const void* src[FallbackCopyConfig::kMaxSlots] = {};
+  void* dst[FallbackCopyConfig::kMaxSlots] = {};
+};
+void launch_fallback_copy(const FallbackCopyParams& params, cudaStream_t stream);
+
+}  // namespace iser::cuda

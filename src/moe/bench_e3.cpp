@@ -1,5 +1,5 @@
-// E3 analogue on one GPU (include/iser/moe_bench.h): the paper's Figure 9 with cuBLAS grouped
-// GEMM standing in for MegaMoE. EP ranks are simulated: every rank's expert computation is the
+// E3 analogue on one GPU (include/iser/moe_bench.h): the paper's Figure 9 with cuBLAS (GroupedMlp)
+// standing in for MegaMoE. EP ranks are simulated: every rank's expert computation is the
 // same grouped gated MLP over its H home + S helper slots, so each rank is timed alone on the one
 // GPU with its own per-slot loads, and a cell reports its slowest rank.
 //
@@ -7,6 +7,8 @@
 // generator (Zipf exponent alpha) and (b) a per-layer histogram trace (default: the bundled
 // DeepSeek-V4.1-Flash coding histograms), both sampled with the E3 rule of DESIGN §8 (each token
 // draws top-k distinct experts with probability proportional to the count), iteration 0.
+// --variants times several GroupedMlp schedules in one process, each against its own balanced
+// control; the fair baseline across them is the fastest balanced time.
 #include <algorithm>
 #include <cmath>
 #include <cstdio>
@@ -53,8 +55,39 @@ struct E3Options {
   uint64_t seed = 1;
   bool graph = false;
   std::string gemm = "lt";
+  // kLtPinned scheduling variants, each "lanes:chain:tails" (tails: off or the smallest tail
+  // granule); empty: the GroupedMlpOptions defaults.
+  std::vector<std::string> variants;
   std::string json_path;
 };
+
+struct Variant {
+  std::string name;
+  GroupedMlpOptions options;
+};
+
+Variant parse_variant(const std::string& spec, GemmBackend backend) {
+  Variant v{spec, {}};
+  v.options.backend = backend;
+  int lanes = 0, chain = 0;
+  char tails[16] = {};
+  ISER_CHECK(std::sscanf(spec.c_str(), "%d:%d:%15s", &lanes, &chain, tails) == 3 &&
+                 (chain == 0 || chain == 1),
+             "--variants '{}': expected lanes:chain:tails, e.g. 4:1:64 or 4:0:off", spec);
+  v.options.num_lanes = lanes;
+  v.options.chain_slots = chain == 1;
+  const std::string t(tails);
+  if (t == "off") {
+    v.options.min_tail_granule = 0;
+  } else {
+    char* end = nullptr;
+    const long granule = std::strtol(t.c_str(), &end, 10);
+    ISER_CHECK(end != t.c_str() && *end == '\0' && granule > 0,
+               "--variants '{}': tails must be off or a positive row granule", spec);
+    v.options.min_tail_granule = static_cast<int>(granule);
+  }
+  return v;
+}
 
 std::vector<int> parse_layers(const std::string& spec, int num_layers) {
   std::vector<int> layers;
@@ -182,10 +215,19 @@ struct Cell {
   RankLoads off, on;
   int num_broadcasts = 0;
   SlowestRank t_off, t_on;
+  double t_bal = 0;  // balanced control, timed between this cell's OFF and ON ranks
 };
 
 double ratio_r(const RankLoads& loads) {
   return imbalance_ratio(loads.per_rank);
+}
+
+// Rows the GEMM launches compute beyond the routed rows, percent.
+double padding_percent(const GroupedMlp& mlp, std::span<const int32_t> rows_per_slot) {
+  int64_t rows = 0;
+  for (int32_t r : rows_per_slot) rows += r;
+  const int64_t padded = mlp.padded_rows(rows_per_slot);
+  return rows > 0 && padded > 0 ? 100.0 * (static_cast<double>(padded) / (2.0 * rows) - 1) : 0.0;
 }
 
 struct Fit {
@@ -208,6 +250,138 @@ Fit linear_fit(const std::vector<double>& x, const std::vector<double>& y) {
   return fit;
 }
 
+// One scheduling variant timed over every cell.
+struct VariantSummary {
+  std::string name;
+  std::vector<double> balanced_us;  // per tau: mean of the cells' balanced times
+  std::vector<double> mean_on_us;   // per tau, over every cell of every routing
+  std::vector<double> mean_off_us;
+  nlohmann::json json;
+};
+
+VariantSummary time_variant(const E3Options& opt, const Topology& topo, const GroupedMlp& mlp,
+                            RankTimer& timer, std::vector<Cell>& cells) {
+  const int home = topo.experts_per_rank();
+  const int per_rank = topo.slots_per_rank();
+  VariantSummary summary;
+  // Balanced control per token count: every expert gets tau*k/H routes (one rank suffices).
+  // NOTE: it is timed again inside every cell, right before the cell's ON ranks: on H200 the
+  // same balanced schedule timed once per variant ranged 8.9-10.3 ms, fastest after GPU pauses
+  // (likely clocks), so only adjacent measurements compare. The first measurement here is
+  // reported and serves as warm-up.
+  std::vector<std::vector<int32_t>> balanced_rows;
+  for (int tokens : opt.tokens) {
+    std::vector<int32_t> rows(per_rank, 0);
+    const int64_t routes = int64_t{tokens} * opt.top_k;
+    for (int s = 0; s < home; ++s)
+      rows[s] = static_cast<int32_t>(routes / home + (s < routes % home));
+    fmt::print("# balanced tau={}: {} routes/rank, first {:.1f} us, padding {:+.2f}%\n", tokens,
+               routes, timer.median_us(rows), padding_percent(mlp, rows));
+    balanced_rows.push_back(std::move(rows));
+  }
+
+  fmt::print("{:<9} {:>5} {:>6} {:>6} {:>6} {:>4} {:>10} {:>10} {:>10} {:>8} {:>8} {:>7} {:>6}\n",
+             "routing", "layer", "tau", "R_off", "R_on", "bcst", "off_us", "on_us", "bal_us",
+             "on/bal", "off/on", "on_pad", "timed");
+  nlohmann::json json_cells = nlohmann::json::array();
+  for (Cell& cell : cells) {
+    const size_t tau_idx =
+        std::find(opt.tokens.begin(), opt.tokens.end(), cell.tokens) - opt.tokens.begin();
+    cell.t_off = time_slowest(timer, topo, cell.off, opt.margin);
+    cell.t_bal = timer.median_us(balanced_rows[tau_idx]);
+    cell.t_on = time_slowest(timer, topo, cell.on, opt.margin);
+    const double bal = cell.t_bal;
+    const std::span<const int32_t> on_rows =
+        std::span<const int32_t>(cell.on.slots)
+            .subspan(static_cast<size_t>(cell.t_on.rank) * per_rank, per_rank);
+    const double on_pad = padding_percent(mlp, on_rows);
+    // The shape of the slowest ON rank's work: slots that stream their weights for few rows.
+    int small_slots = 0, empty_slots = 0, max_slot_rows = 0;
+    for (const int32_t rows : on_rows) {
+      empty_slots += rows == 0;
+      small_slots += rows > 0 && rows < 256;
+      max_slot_rows = std::max<int>(max_slot_rows, rows);
+    }
+    fmt::print(
+        "{:<9} {:>5} {:>6} {:>6.3f} {:>6.3f} {:>4} {:>10.1f} {:>10.1f} {:>10.1f} {:>+7.2f}% "
+        "{:>7.3f}x {:>+6.1f}% {:>3}/{}\n",
+        cell.routing, cell.layer < 0 ? std::string("-") : std::to_string(cell.layer), cell.tokens,
+        ratio_r(cell.off), ratio_r(cell.on), cell.num_broadcasts, cell.t_off.us, cell.t_on.us, bal,
+        100 * (cell.t_on.us / bal - 1), cell.t_off.us / cell.t_on.us, on_pad, cell.t_off.num_timed,
+        cell.t_on.num_timed);
+    std::fflush(stdout);
+    json_cells.push_back({{"routing", cell.routing},
+                          {"layer", cell.layer},
+                          {"tokens_per_rank", cell.tokens},
+                          {"r_off", ratio_r(cell.off)},
+                          {"r_on", ratio_r(cell.on)},
+                          {"broadcasts", cell.num_broadcasts},
+                          {"off_us", cell.t_off.us},
+                          {"on_us", cell.t_on.us},
+                          {"balanced_us", bal},
+                          {"on_padding_percent", on_pad},
+                          {"on_slots_under_256_rows", small_slots},
+                          {"on_empty_slots", empty_slots},
+                          {"on_max_slot_rows", max_slot_rows},
+                          {"slowest_rank_off", cell.t_off.rank},
+                          {"slowest_rank_on", cell.t_on.rank}});
+  }
+
+  // Means per (routing, tau) and the OFF-time fit in R (trace layers).
+  nlohmann::json json_summary = nlohmann::json::array();
+  const auto mean = [](const std::vector<double>& v) {
+    return std::accumulate(v.begin(), v.end(), 0.0) / static_cast<double>(v.size());
+  };
+  for (size_t tau_idx = 0; tau_idx < opt.tokens.size(); ++tau_idx) {
+    std::vector<double> all_on, all_off, all_bal;
+    for (const std::string& routing : opt.routings) {
+      std::vector<double> r_off, off, on, bals;
+      for (const Cell& cell : cells) {
+        if (cell.tokens != opt.tokens[tau_idx]) continue;
+        if (cell.routing != routing) continue;
+        r_off.push_back(ratio_r(cell.off));
+        off.push_back(cell.t_off.us);
+        on.push_back(cell.t_on.us);
+        bals.push_back(cell.t_bal);
+      }
+      if (off.empty()) continue;
+      all_on.insert(all_on.end(), on.begin(), on.end());
+      all_off.insert(all_off.end(), off.begin(), off.end());
+      all_bal.insert(all_bal.end(), bals.begin(), bals.end());
+      const double bal = mean(bals);
+      const Fit fit_off = linear_fit(r_off, off);
+      const Fit fit_on = linear_fit(r_off, on);
+      fmt::print(
+          "# mean {} tau={} ({} cells): R_off {:.3f} | OFF {:.1f} us, ON {:.1f} us, "
+          "balanced {:.1f} us | ON vs balanced {:+.2f}% | OFF/ON {:.3f}x",
+          routing, opt.tokens[tau_idx], off.size(), mean(r_off), mean(off), mean(on), bal,
+          100 * (mean(on) / bal - 1), mean(off) / mean(on));
+      if (off.size() >= 3) {
+        fmt::print(" | OFF = {:.1f} + {:.1f}*R us (Pearson {:.3f}); Pearson(ON, R_off) {:.3f}",
+                   fit_off.intercept, fit_off.slope, fit_off.pearson, fit_on.pearson);
+      }
+      fmt::print("\n");
+      json_summary.push_back({{"routing", routing},
+                              {"tokens_per_rank", opt.tokens[tau_idx]},
+                              {"cells", off.size()},
+                              {"mean_r_off", mean(r_off)},
+                              {"mean_off_us", mean(off)},
+                              {"mean_on_us", mean(on)},
+                              {"balanced_us", bal},
+                              {"off_fit_slope_us_per_r", fit_off.slope},
+                              {"off_fit_intercept_us", fit_off.intercept},
+                              {"off_fit_pearson", fit_off.pearson},
+                              {"on_pearson_r_off", fit_on.pearson}});
+    }
+    summary.balanced_us.push_back(all_bal.empty() ? 0.0 : mean(all_bal));
+    summary.mean_on_us.push_back(all_on.empty() ? 0.0 : mean(all_on));
+    summary.mean_off_us.push_back(all_off.empty() ? 0.0 : mean(all_off));
+  }
+  summary.json = {
+      {"balanced_us", summary.balanced_us}, {"cells", json_cells}, {"summary", json_summary}};
+  return summary;
+}
+
 int run(const E3Options& opt) {
   const Topology topo = Topology::make(opt.num_ranks, opt.num_experts, opt.num_slots);
   opt.shape.check();
@@ -215,6 +389,16 @@ int run(const E3Options& opt) {
              opt.warmup);
   const int home = topo.experts_per_rank();
   const int per_rank = topo.slots_per_rank();
+  ISER_CHECK(opt.gemm == "lt" || opt.gemm == "grouped", "--gemm '{}': expected lt or grouped",
+             opt.gemm);
+  const GemmBackend backend = opt.gemm == "lt" ? GemmBackend::kLtPinned : GemmBackend::kGrouped;
+  std::vector<Variant> variants;
+  for (const std::string& spec : opt.variants) variants.push_back(parse_variant(spec, backend));
+  if (variants.empty()) {
+    GroupedMlpOptions defaults;
+    defaults.backend = backend;
+    variants.push_back({"default", defaults});
+  }
 
   // 1. Plan every cell on the host (routing, OFF, ON).
   std::vector<Cell> cells;
@@ -284,12 +468,7 @@ int run(const E3Options& opt) {
       100 * (1 - opt.margin));
   std::fflush(stdout);
 
-  ISER_CHECK(opt.gemm == "lt" || opt.gemm == "grouped", "--gemm '{}': expected lt or grouped",
-             opt.gemm);
   ExpertBank bank(opt.shape, per_rank);
-  GroupedMlp mlp(opt.shape, per_rank, max_rows,
-                 opt.gemm == "lt" ? GemmBackend::kLtPinned : GemmBackend::kGrouped);
-  fmt::print("# gemm: {}\n", mlp.describe());
   DeviceBuffer x(static_cast<size_t>(max_rows) * opt.shape.hidden * 2);
   DeviceBuffer y(static_cast<size_t>(max_rows) * opt.shape.hidden * 2);
   const float weight_scale = 1.0f / std::sqrt(static_cast<float>(opt.shape.hidden));
@@ -298,93 +477,38 @@ int run(const E3Options& opt) {
       {x.get<uint16_t>(), max_rows * opt.shape.hidden, opt.seed ^ 0x5eed, 1.0f}, nullptr);
   std::vector<SlotWeights> weights(per_rank);
   for (int s = 0; s < per_rank; ++s) weights[s] = bank.slot(s);
-  mlp.set_weights(weights, nullptr);
-  ISER_CUDA_CHECK(cudaDeviceSynchronize());
-  RankTimer timer(mlp, x.get(), y.get(), opt.warmup, opt.iters, opt.graph);
 
-  // 3. Balanced control per token count: every expert gets tau*k/H... routes (one rank suffices).
-  std::vector<double> balanced_us;
-  for (int tokens : opt.tokens) {
-    std::vector<int32_t> rows(per_rank, 0);
-    const int64_t routes = int64_t{tokens} * opt.top_k;
-    for (int s = 0; s < home; ++s)
-      rows[s] = static_cast<int32_t>(routes / home + (s < routes % home));
-    balanced_us.push_back(timer.median_us(rows));
-    fmt::print("# balanced tau={}: {} routes/rank, {:.1f} us\n", tokens, routes,
-               balanced_us.back());
+  nlohmann::json json_variants = nlohmann::json::array();
+  std::vector<VariantSummary> summaries;
+  for (const Variant& variant : variants) {
+    GroupedMlp mlp(opt.shape, per_rank, max_rows, variant.options);
+    mlp.set_weights(weights, nullptr);
+    ISER_CUDA_CHECK(cudaDeviceSynchronize());
+    fmt::print("# variant {}: {}\n", variant.name, mlp.describe());
+    RankTimer timer(mlp, x.get(), y.get(), opt.warmup, opt.iters, opt.graph);
+    std::vector<Cell> timed = cells;
+    summaries.push_back(time_variant(opt, topo, mlp, timer, timed));
+    summaries.back().name = variant.name;
+    json_variants.push_back(summaries.back().json);
+    json_variants.back()["variant"] = variant.name;
+    json_variants.back()["gemm"] = mlp.describe();
   }
 
-  // 4. Time every cell.
-  fmt::print("{:<9} {:>5} {:>6} {:>6} {:>6} {:>4} {:>10} {:>10} {:>10} {:>8} {:>8} {:>6}\n",
-             "routing", "layer", "tau", "R_off", "R_on", "bcst", "off_us", "on_us", "bal_us",
-             "on/bal", "off/on", "timed");
-  nlohmann::json json_cells = nlohmann::json::array();
-  for (Cell& cell : cells) {
-    const size_t tau_idx =
-        std::find(opt.tokens.begin(), opt.tokens.end(), cell.tokens) - opt.tokens.begin();
-    cell.t_off = time_slowest(timer, topo, cell.off, opt.margin);
-    cell.t_on = time_slowest(timer, topo, cell.on, opt.margin);
-    const double bal = balanced_us[tau_idx];
-    fmt::print(
-        "{:<9} {:>5} {:>6} {:>6.3f} {:>6.3f} {:>4} {:>10.1f} {:>10.1f} {:>10.1f} {:>+7.2f}% "
-        "{:>7.3f}x {:>3}/{}\n",
-        cell.routing, cell.layer < 0 ? std::string("-") : std::to_string(cell.layer), cell.tokens,
-        ratio_r(cell.off), ratio_r(cell.on), cell.num_broadcasts, cell.t_off.us, cell.t_on.us, bal,
-        100 * (cell.t_on.us / bal - 1), cell.t_off.us / cell.t_on.us, cell.t_off.num_timed,
-        cell.t_on.num_timed);
-    std::fflush(stdout);
-    json_cells.push_back({{"routing", cell.routing},
-                          {"layer", cell.layer},
-                          {"tokens_per_rank", cell.tokens},
-                          {"r_off", ratio_r(cell.off)},
-                          {"r_on", ratio_r(cell.on)},
-                          {"broadcasts", cell.num_broadcasts},
-                          {"off_us", cell.t_off.us},
-                          {"on_us", cell.t_on.us},
-                          {"balanced_us", bal},
-                          {"slowest_rank_off", cell.t_off.rank},
-                          {"slowest_rank_on", cell.t_on.rank}});
-  }
-
-  // 5. Means per (routing, tau) and the OFF-time fit in R (trace layers).
-  nlohmann::json json_summary = nlohmann::json::array();
-  for (size_t tau_idx = 0; tau_idx < opt.tokens.size(); ++tau_idx) {
-    for (const std::string& routing : opt.routings) {
-      std::vector<double> r_off, off, on;
-      for (const Cell& cell : cells) {
-        if (cell.routing != routing || cell.tokens != opt.tokens[tau_idx]) continue;
-        r_off.push_back(ratio_r(cell.off));
-        off.push_back(cell.t_off.us);
-        on.push_back(cell.t_on.us);
+  // 6. Across variants: the fair baseline is the fastest balanced time of any variant.
+  if (summaries.size() > 1) {
+    for (size_t tau_idx = 0; tau_idx < opt.tokens.size(); ++tau_idx) {
+      double best_bal = summaries[0].balanced_us[tau_idx];
+      for (const VariantSummary& v : summaries)
+        best_bal = std::min(best_bal, v.balanced_us[tau_idx]);
+      fmt::print("# variants tau={}: best balanced {:.1f} us\n", opt.tokens[tau_idx], best_bal);
+      for (const VariantSummary& v : summaries) {
+        fmt::print(
+            "#   {:<10} balanced {:>9.1f} us | mean ON {:>9.1f} us ({:+.2f}% vs best balanced) | "
+            "mean OFF {:>9.1f} us | OFF/ON {:.3f}x\n",
+            v.name, v.balanced_us[tau_idx], v.mean_on_us[tau_idx],
+            100 * (v.mean_on_us[tau_idx] / best_bal - 1), v.mean_off_us[tau_idx],
+            v.mean_off_us[tau_idx] / v.mean_on_us[tau_idx]);
       }
-      if (off.empty()) continue;
-      const auto mean = [](const std::vector<double>& v) {
-        return std::accumulate(v.begin(), v.end(), 0.0) / static_cast<double>(v.size());
-      };
-      const double bal = balanced_us[tau_idx];
-      const Fit fit_off = linear_fit(r_off, off);
-      const Fit fit_on = linear_fit(r_off, on);
-      fmt::print(
-          "# mean {} tau={} ({} cells): R_off {:.3f} | OFF {:.1f} us, ON {:.1f} us, "
-          "balanced {:.1f} us | ON vs balanced {:+.2f}% | OFF/ON {:.3f}x",
-          routing, opt.tokens[tau_idx], off.size(), mean(r_off), mean(off), mean(on), bal,
-          100 * (mean(on) / bal - 1), mean(off) / mean(on));
-      if (off.size() >= 3) {
-        fmt::print(" | OFF = {:.1f} + {:.1f}*R us (Pearson {:.3f}); Pearson(ON, R_off) {:.3f}",
-                   fit_off.intercept, fit_off.slope, fit_off.pearson, fit_on.pearson);
-      }
-      fmt::print("\n");
-      json_summary.push_back({{"routing", routing},
-                              {"tokens_per_rank", opt.tokens[tau_idx]},
-                              {"cells", off.size()},
-                              {"mean_r_off", mean(r_off)},
-                              {"mean_off_us", mean(off)},
-                              {"mean_on_us", mean(on)},
-                              {"balanced_us", bal},
-                              {"off_fit_slope_us_per_r", fit_off.slope},
-                              {"off_fit_intercept_us", fit_off.intercept},
-                              {"off_fit_pearson", fit_off.pearson},
-                              {"on_pearson_r_off", fit_on.pearson}});
     }
   }
   if (!opt.json_path.empty()) {
@@ -399,8 +523,7 @@ int run(const E3Options& opt) {
                           {"intermediate", opt.shape.intermediate},
                           {"iters", opt.iters},
                           {"graph", opt.graph},
-                          {"cells", json_cells},
-                          {"summary", json_summary}}
+                          {"variants", json_variants}}
                .dump(1)
         << "\n";
   }
@@ -430,6 +553,10 @@ int e3_main(const std::vector<std::string>& args) {
   app.add_option("--seed", opt.seed, "power-law / weight seed");
   app.add_flag("-G,--graph", opt.graph, "time CUDA-graph launches of the captured call");
   app.add_option("--gemm", opt.gemm, "lt (cublasLt, pinned algorithm) or grouped (cuBLAS grouped)");
+  app.add_option("--variants", opt.variants,
+                 "lt scheduling variants to time in turn, comma list of lanes:chain:tails "
+                 "(e.g. 4:0:off,4:1:64; tails: off or the smallest tail granule)")
+      ->delimiter(',');
   app.add_option("-J,--json", opt.json_path, "write results as JSON");
   try {
     std::vector<std::string> reversed(args.rbegin(), args.rend());

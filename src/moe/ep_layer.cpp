@@ -3,6 +3,8 @@
 #include <nccl.h>
 
 #include <chrono>
+#include <cstdio>
+#include <functional>
 #include <vector>
 
 #include "cuda/moe_kernels.h"
@@ -68,8 +70,9 @@ struct EpMoeLayer::Impl {
   std::unique_ptr<ExpertBank> shared;
   DeviceBuffer send_buf, recv_buf, x_expert, y_expert, y_back, comb_buf, shared_out;
   DeviceBuffer send_gather, expert_gather, back_gather, route_row, route_weight;
-  DeviceBuffer count_row, count_matrix, ops, slot_expert;
-  int32_t* matrix_host = nullptr;  // pinned [P][E]
+  DeviceBuffer count_row, count_matrix, ops, slot_expert, fallback_slots;
+  std::function<void(Stream)> copy_hook;  // fault injection (tests): before each replicate
+  int32_t* matrix_host = nullptr;         // pinned [P][E]
   Event start, shared_begin, shared_end, copy_begin, copy_end, gate_begin, gate_end, end,
       counts_ready;
   uint64_t epoch = 0;
@@ -92,7 +95,36 @@ struct EpMoeLayer::Impl {
   void send_recv(const DeviceBuffer& from, const std::vector<int64_t>& from_off,
                  const std::vector<int64_t>& from_count, DeviceBuffer& to,
                  const std::vector<int64_t>& to_off, const std::vector<int64_t>& to_count);
+  // MAIN, right after the READY gate: refills this rank's helper slots that the gate did not
+  // validate from their experts' home bundles (owner's symmetric memory), counting them.
+  void launch_fallback(const std::vector<CopyOp>& ops);
 };
+
+void EpMoeLayer::Impl::launch_fallback(const std::vector<CopyOp>& ops) {
+  const Topology& topo = config.topo;
+  cuda::FallbackCopyParams params;
+  params.slot_expert = slot_expert.get<int32_t>();
+  params.slot_base = rank * topo.num_slots;
+  params.num_slots = topo.num_slots;
+  params.bytes = config.shape.bundle_bytes();
+  params.fallback_slots = fallback_slots.get<uint32_t>();
+  for (int h = 0; h < topo.num_slots; ++h) params.expert[h] = -1;
+  // Symmetric layout: a home bundle sits at the same offset in every rank's region.
+  const auto* local_base = static_cast<const char*>(runtime->peer_base(rank));
+  const int bank = runtime->bank_of(generation);
+  bool any = false;
+  for (const CopyOp& op : ops) {
+    if (rank < op.group_begin || rank >= op.group_begin + op.group_size) continue;
+    const int home_idx = op.expert - topo.first_home_expert(op.owner);
+    const auto* home = static_cast<const char*>(runtime->home_bundle(0, 0, home_idx));
+    params.expert[op.helper] = op.expert;
+    params.src[op.helper] =
+        static_cast<const char*>(runtime->peer_base(op.owner)) + (home - local_base);
+    params.dst[op.helper] = runtime->helper_slot(0, bank, op.helper);
+    any = true;
+  }
+  if (any) cuda::launch_fallback_copy(params, main);
+}
 
 void EpMoeLayer::Impl::send_recv(const DeviceBuffer& from, const std::vector<int64_t>& from_off,
                                  const std::vector<int64_t>& from_count, DeviceBuffer& to,
@@ -161,6 +193,10 @@ EpMoeLayer::EpMoeLayer(const LayerConfig& config, Runtime& runtime, ncclComm* co
   s.count_matrix = DeviceBuffer(static_cast<size_t>(topo.num_ranks) * topo.num_experts * 4);
   s.ops = DeviceBuffer(kMaxLocalCopyOps * sizeof(CopyOp));
   s.slot_expert = DeviceBuffer(std::max(1, topo.num_ranks * topo.num_slots) * sizeof(int32_t));
+  s.fallback_slots = DeviceBuffer(sizeof(uint32_t));
+  ISER_CHECK(topo.num_slots <= cuda::FallbackCopyConfig::kMaxSlots,
+             "ep layer: S = {} helper slots; the READY fallback handles at most {}", topo.num_slots,
+             cuda::FallbackCopyConfig::kMaxSlots);
   ISER_CUDA_CHECK(
       cudaMallocHost(&s.matrix_host, static_cast<size_t>(topo.num_ranks) * topo.num_experts * 4));
 
@@ -286,6 +322,7 @@ LayerInvocationStats EpMoeLayer::forward(const void* input, std::span<const int3
           cudaMemcpy(s.ops.get(), ops.data(), ops.size() * sizeof(CopyOp), cudaMemcpyHostToDevice));
     }
     ++s.generation;
+    if (s.copy_hook) s.copy_hook(s.copy);
     s.copy_begin.record(s.copy);
     s.runtime->replicate(s.ops.get<CopyOp>(), static_cast<int>(ops.size()), 0, s.generation,
                          Transport::kPlan, s.copy);
@@ -329,10 +366,12 @@ LayerInvocationStats EpMoeLayer::forward(const void* input, std::span<const int3
   for (int l = 0; l < home; ++l) num_home_rows += rows_per_slot[l];
   s.mlp->run(s.x_expert.get(), home_rows, s.y_expert.get(), s.main);
   if (balance) {
+    ISER_CUDA_CHECK(cudaMemsetAsync(s.fallback_slots.get(), 0, sizeof(uint32_t), s.main));
     s.gate_begin.record(s.main);
     s.runtime->ready_gate(s.ops.get<CopyOp>(), static_cast<int>(ops.size()), s.generation,
                           s.slot_expert.get<int32_t>(), s.main);
     s.gate_end.record(s.main);
+    s.launch_fallback(ops);
     s.mlp->run(s.rows(s.x_expert, num_home_rows), helper_rows, s.rows(s.y_expert, num_home_rows),
                s.main);
     s.runtime->release_bank(s.generation, s.main);
@@ -349,13 +388,35 @@ LayerInvocationStats EpMoeLayer::forward(const void* input, std::span<const int3
   return stats;
 }
 
+void EpMoeLayer::set_copy_hook(std::function<void(Stream)> hook) {
+  impl_->copy_hook = std::move(hook);
+}
+
 EpLayerTimings EpMoeLayer::finish() {
   Impl& s = *impl_;
   ISER_CHECK(s.pending, "ep layer: finish() without a forward()");
   ISER_CUDA_CHECK(cudaEventSynchronize(s.end.get()));
   ISER_CUDA_CHECK(cudaStreamSynchronize(s.copy));
-  s.runtime->check_status();
   EpLayerTimings t = s.host_times;
+  if (s.last_balanced) {
+    ISER_CUDA_CHECK(cudaMemcpy(&t.fallback_slots, s.fallback_slots.get(), sizeof(uint32_t),
+                               cudaMemcpyDeviceToHost));
+  }
+  // A READY failure (a writer timed out, failed or ran too late) was handled on the device: the
+  // slots it left without a valid replica were refilled from home bundles before the helper
+  // GEMMs. It is logged and cleared; any other failure (count exchange, reuse fence) throws.
+  const RuntimeStatus status = s.runtime->status(0);
+  const bool ready_failure = status.code == StatusCode::kReadyTimeout ||
+                             status.code == StatusCode::kCopyFailed ||
+                             status.code == StatusCode::kReadyOvertaken;
+  if (ready_failure && s.last_balanced) {
+    std::fprintf(stderr,
+                 "iser: ep layer rank %d: %s; %u helper slot(s) recomputed from home bundles\n",
+                 s.rank, status.message().c_str(), t.fallback_slots);
+    s.runtime->clear_status();
+  } else {
+    s.runtime->check_status();
+  }
   t.layer_ms = elapsed_ms(s.start, s.end);
   t.shared_ms = elapsed_ms(s.shared_begin, s.shared_end);
   if (s.last_balanced) {

@@ -112,21 +112,21 @@ namespace {
 // cuBLAS workspace set explicitly so that capture never allocates (and split-K has room).
 constexpr size_t kCublasWorkspaceBytes = size_t{32} << 20;
 constexpr int kMaxGroups = cuda::GroupPointersConfig::kMaxGroups;
-constexpr int kLtLanes = 4;
+constexpr int kMaxLanes = 16;
 }  // namespace
 
 struct GroupedMlp::Impl {
   ExpertShape shape;
   int num_slots = 0;
   int64_t max_rows = 0;
-  GemmBackend backend = GemmBackend::kLtPinned;
+  GroupedMlpOptions options;
   cublasHandle_t handle = nullptr;
   cublasLtHandle_t lt = nullptr;
   std::unique_ptr<PinnedLtGemm> gemm1, gemm2;  // kLtPinned
   std::vector<SlotWeights> host_table;
   DeviceBuffer workspace;
-  // kLtPinned: per-slot GEMMs spread round-robin over a few streams (fork/join with events on
-  // the caller's stream) so that one slot's last partial wave overlaps the next slot's tiles.
+  // kLtPinned: per-slot work spread over a few streams (fork/join with events on the caller's
+  // stream) so that one slot's last partial wave overlaps other slots' tiles.
   struct Lane {
     cudaStream_t stream = nullptr;
     cudaEvent_t done = nullptr;
@@ -159,31 +159,46 @@ struct GroupedMlp::Impl {
 
   void run_grouped(cuda::GroupPointersParams& params, int64_t total_rows, Stream stream);
   void run_lt(const cuda::GroupPointersParams& params, int64_t total_rows, Stream stream);
+  void run_lt_chained(const cuda::GroupPointersParams& params, Stream stream);
+  // Enqueues `work(lane_idx, lane stream, lane workspace)` for every lane in use between a fork
+  // from and a join to `stream`; a single lane runs on `stream` itself.
+  template <typename F>
+  void fork_join(int num_used, Stream stream, F&& work);
 };
 
 GroupedMlp::GroupedMlp(ExpertShape shape, int num_slots, int64_t max_rows, GemmBackend backend)
+    : GroupedMlp(shape, num_slots, max_rows, GroupedMlpOptions{.backend = backend}) {}
+
+GroupedMlp::GroupedMlp(ExpertShape shape, int num_slots, int64_t max_rows,
+                       const GroupedMlpOptions& options)
     : impl_(std::make_unique<Impl>()) {
   shape.check();
   ISER_CHECK(num_slots > 0 && num_slots <= kMaxGroups,
              "grouped mlp: num_slots = {} outside [1, {}]", num_slots, kMaxGroups);
   ISER_CHECK(max_rows > 0 && max_rows <= (int64_t{1} << 31) - 1,
              "grouped mlp: max_rows = {} outside [1, 2^31)", max_rows);
+  ISER_CHECK(options.num_lanes >= 1 && options.num_lanes <= kMaxLanes,
+             "grouped mlp: num_lanes = {} outside [1, {}]", options.num_lanes, kMaxLanes);
+  ISER_CHECK(options.min_tail_granule >= 0, "grouped mlp: min_tail_granule = {} is negative",
+             options.min_tail_granule);
   Impl& s = *impl_;
   s.shape = shape;
   s.num_slots = num_slots;
   s.max_rows = max_rows;
-  s.backend = backend;
+  s.options = options;
   s.workspace = DeviceBuffer(kCublasWorkspaceBytes);
-  if (backend == GemmBackend::kLtPinned) {
+  if (options.backend == GemmBackend::kLtPinned) {
     ISER_CUBLAS_CHECK(cublasLtCreate(&s.lt));
     // Tuned for the balanced per-slot size of the default shapes (1024 rows), valid for all.
     const int reference_rows = static_cast<int>(std::min<int64_t>(max_rows, 1024));
-    s.gemm1 = std::make_unique<PinnedLtGemm>(s.lt, 2 * shape.intermediate, shape.hidden,
-                                             reference_rows, max_rows, kCublasWorkspaceBytes);
-    s.gemm2 = std::make_unique<PinnedLtGemm>(s.lt, shape.hidden, shape.intermediate, reference_rows,
-                                             max_rows, kCublasWorkspaceBytes);
+    s.gemm1 =
+        std::make_unique<PinnedLtGemm>(s.lt, 2 * shape.intermediate, shape.hidden, reference_rows,
+                                       max_rows, kCublasWorkspaceBytes, options.min_tail_granule);
+    s.gemm2 =
+        std::make_unique<PinnedLtGemm>(s.lt, shape.hidden, shape.intermediate, reference_rows,
+                                       max_rows, kCublasWorkspaceBytes, options.min_tail_granule);
     ISER_CUDA_CHECK(cudaEventCreateWithFlags(&s.fork_event, cudaEventDisableTiming));
-    s.lanes.resize(std::min(kLtLanes, num_slots));
+    s.lanes.resize(std::min(options.num_lanes, num_slots));
     for (Impl::Lane& lane : s.lanes) {
       ISER_CUDA_CHECK(cudaStreamCreateWithFlags(&lane.stream, cudaStreamNonBlocking));
       ISER_CUDA_CHECK(cudaEventCreateWithFlags(&lane.done, cudaEventDisableTiming));
@@ -222,13 +237,30 @@ int64_t GroupedMlp::max_rows() const {
   return impl_->max_rows;
 }
 GemmBackend GroupedMlp::backend() const {
-  return impl_->backend;
+  return impl_->options.backend;
+}
+const GroupedMlpOptions& GroupedMlp::options() const {
+  return impl_->options;
 }
 std::string GroupedMlp::describe() const {
   const Impl& s = *impl_;
-  if (s.backend == GemmBackend::kGrouped) return "cublasGemmGroupedBatchedEx";
-  return fmt::format("cublasLt pinned: gemm1 {}; gemm2 {}", s.gemm1->description(),
-                     s.gemm2->description());
+  if (s.options.backend == GemmBackend::kGrouped) return "cublasGemmGroupedBatchedEx";
+  return fmt::format("cublasLt pinned, {} lanes, {}, tails {}: gemm1 {}; gemm2 {}", s.lanes.size(),
+                     s.options.chain_slots ? "slots chained" : "two passes",
+                     s.options.min_tail_granule > 0
+                         ? fmt::format(">= {} rows", s.options.min_tail_granule)
+                         : "off",
+                     s.gemm1->description(), s.gemm2->description());
+}
+
+int64_t GroupedMlp::padded_rows(std::span<const int32_t> rows_per_slot) const {
+  const Impl& s = *impl_;
+  if (s.options.backend != GemmBackend::kLtPinned) return 0;
+  int64_t padded = 0;
+  for (const int32_t rows : rows_per_slot) {
+    padded += s.gemm1->padded_rows(rows) + s.gemm2->padded_rows(rows);
+  }
+  return padded;
 }
 
 void GroupedMlp::set_weights(std::span<const SlotWeights> slots, Stream stream) {
@@ -273,10 +305,29 @@ void GroupedMlp::run(const void* x, std::span<const int32_t> rows_per_slot, void
                s.max_rows);
   }
   if (params.num_groups == 0) return;
-  if (s.backend == GemmBackend::kLtPinned) {
+  if (s.options.backend == GemmBackend::kLtPinned && s.options.chain_slots) {
+    s.run_lt_chained(params, stream);
+  } else if (s.options.backend == GemmBackend::kLtPinned) {
     s.run_lt(params, total_rows, stream);
   } else {
     s.run_grouped(params, total_rows, stream);
+  }
+}
+
+template <typename F>
+void GroupedMlp::Impl::fork_join(int num_used, Stream stream, F&& work) {
+  if (num_used <= 1) {
+    work(0, stream, workspace);
+    return;
+  }
+  ISER_CUDA_CHECK(cudaEventRecord(fork_event, stream));
+  for (int l = 0; l < num_used; ++l) {
+    ISER_CUDA_CHECK(cudaStreamWaitEvent(lanes[l].stream, fork_event));
+  }
+  for (int l = 0; l < num_used; ++l) work(l, lanes[l].stream, lanes[l].workspace);
+  for (int l = 0; l < num_used; ++l) {
+    ISER_CUDA_CHECK(cudaEventRecord(lanes[l].done, lanes[l].stream));
+    ISER_CUDA_CHECK(cudaStreamWaitEvent(stream, lanes[l].done));
   }
 }
 
@@ -288,35 +339,52 @@ void GroupedMlp::Impl::run_lt(const cuda::GroupPointersParams& params, int64_t t
   auto* h = h13.get<uint16_t>();
   auto* a = act.get<uint16_t>();
   const int num_lanes = std::min(static_cast<int>(lanes.size()), params.num_groups);
-  // One GEMM pass: group g on lane g % num_lanes, or on `stream` itself for a single group.
-  const auto pass = [&](auto&& launch) {
-    if (num_lanes <= 1) {
-      for (int g = 0; g < params.num_groups; ++g) launch(g, stream, workspace);
-      return;
+  // One GEMM pass: group g on lane g % num_lanes.
+  fork_join(num_lanes, stream, [&](int lane, cudaStream_t on, DeviceBuffer& ws) {
+    for (int g = lane; g < params.num_groups; g += num_lanes) {
+      const int64_t row = params.row_begin[g];
+      gemm1->run(host_table[params.slot[g]].w13, x + row * he, h + row * 2 * inter, n[g], ws.get(),
+                 ws.bytes(), on);
     }
-    ISER_CUDA_CHECK(cudaEventRecord(fork_event, stream));
-    for (int l = 0; l < num_lanes; ++l) {
-      ISER_CUDA_CHECK(cudaStreamWaitEvent(lanes[l].stream, fork_event));
-    }
-    for (int g = 0; g < params.num_groups; ++g) {
-      Lane& lane = lanes[g % num_lanes];
-      launch(g, lane.stream, lane.workspace);
-    }
-    for (int l = 0; l < num_lanes; ++l) {
-      ISER_CUDA_CHECK(cudaEventRecord(lanes[l].done, lanes[l].stream));
-      ISER_CUDA_CHECK(cudaStreamWaitEvent(stream, lanes[l].done));
-    }
-  };
-  pass([&](int g, cudaStream_t on, DeviceBuffer& ws) {
-    const int64_t row = params.row_begin[g];
-    gemm1->run(host_table[params.slot[g]].w13, x + row * he, h + row * 2 * inter, n[g], ws.get(),
-               ws.bytes(), on);
   });
   cuda::launch_silu_mul({h, a, total_rows, shape.intermediate}, stream);
-  pass([&](int g, cudaStream_t on, DeviceBuffer& ws) {
-    const int64_t row = params.row_begin[g];
-    gemm2->run(host_table[params.slot[g]].w2, a + row * inter, params.y + row * he, n[g], ws.get(),
-               ws.bytes(), on);
+  fork_join(num_lanes, stream, [&](int lane, cudaStream_t on, DeviceBuffer& ws) {
+    for (int g = lane; g < params.num_groups; g += num_lanes) {
+      const int64_t row = params.row_begin[g];
+      gemm2->run(host_table[params.slot[g]].w2, a + row * inter, params.y + row * he, n[g],
+                 ws.get(), ws.bytes(), on);
+    }
+  });
+}
+
+void GroupedMlp::Impl::run_lt_chained(const cuda::GroupPointersParams& params, Stream stream) {
+  const int64_t he = shape.hidden;
+  const int64_t inter = shape.intermediate;
+  const auto* x = static_cast<const uint16_t*>(params.x);
+  auto* h = h13.get<uint16_t>();
+  auto* a = act.get<uint16_t>();
+  const int num_lanes = std::min(static_cast<int>(lanes.size()), params.num_groups);
+  // Largest slot first to the least-loaded lane (ties: lower index), so the lanes end together.
+  std::vector<int> order(params.num_groups);
+  for (int g = 0; g < params.num_groups; ++g) order[g] = g;
+  std::stable_sort(order.begin(), order.end(),
+                   [&](int x_idx, int y_idx) { return n[x_idx] > n[y_idx]; });
+  std::vector<std::vector<int>> lane_groups(num_lanes);
+  std::vector<int64_t> lane_rows(num_lanes, 0);
+  for (int g : order) {
+    const int lane =
+        static_cast<int>(std::min_element(lane_rows.begin(), lane_rows.end()) - lane_rows.begin());
+    lane_groups[lane].push_back(g);
+    lane_rows[lane] += n[g];
+  }
+  fork_join(num_lanes, stream, [&](int lane, cudaStream_t on, DeviceBuffer& ws) {
+    for (int g : lane_groups[lane]) {
+      const int64_t row = params.row_begin[g];
+      const SlotWeights& w = host_table[params.slot[g]];
+      gemm1->run(w.w13, x + row * he, h + row * 2 * inter, n[g], ws.get(), ws.bytes(), on);
+      cuda::launch_silu_mul({h + row * 2 * inter, a + row * inter, n[g], shape.intermediate}, on);
+      gemm2->run(w.w2, a + row * inter, params.y + row * he, n[g], ws.get(), ws.bytes(), on);
+    }
   });
 }
 

@@ -1,10 +1,12 @@
 // Reference EP MoE layer with one process per GPU (include/iser/moe_ep_layer.h): on 2 GPUs, ON
 // (replicas over NVLink behind the READY gate) and OFF give bitwise-identical outputs, and stay
-// identical across generations of the helper bank.
+// identical across generations of the helper bank, and when a stalled copy makes the READY gate
+// give up (the layer refills the slots from home bundles).
 #include <cstring>
 #include <vector>
 
 #include <gtest/gtest.h>
+#include <nccl.h>
 
 #include "cuda/moe_kernels.h"
 #include "iser/moe_ep_layer.h"
@@ -67,6 +69,89 @@ TEST(MoeEpLayer, TwoRanksOnAndOffBitwiseIdentical) {
         << "rank " << env->rank << " token " << t << " differs between OFF and ON";
     ASSERT_EQ(0, std::memcmp(b.data() + t * he, c.data() + t * he, he * 2))
         << "rank " << env->rank << " token " << t << " differs between two ON invocations";
+  }
+}
+
+// Rank 0's COPY stream stalls before replicating, longer than the READY timeout: every gate gives
+// up on rank 0's replicas, the layer refills those helper slots from the home bundles, and the
+// output is still OFF's, bit for bit; the next ON invocation (no stall) is normal again.
+TEST(MoeEpLayer, StalledCopyFallsBackToHomeBundles) {
+  ISER_AS_RANKS(2, 300);
+  Communicator comm = Communicator::from_unique_id_file(env->id_file, env->rank, env->world);
+  LayerConfig config;
+  config.topo = Topology::make(2, 16, 2, /*g_min=*/2);
+  config.shape = {2048, 1024};
+  config.top_k = 4;
+  config.tokens_per_rank = 256;
+  const int tau = config.tokens_per_rank;
+  const int top_k = config.top_k;
+  RuntimeConfig runtime_config = ep_runtime_config(config);
+  runtime_config.timeout_us = 200'000;  // the gate gives up long before the stall ends
+  Runtime runtime(runtime_config, comm);
+  EpMoeLayer layer(config, runtime, comm.get());
+  layer.fill_weights(21, 1.0f / 45.0f);
+
+  std::vector<int32_t> all_ids;
+  std::vector<float> all_weights;
+  testing::make_routes(2 * tau, top_k, config.topo.num_experts, all_ids, all_weights);
+  const std::vector<int32_t> ids(all_ids.begin() + env->rank * tau * top_k,
+                                 all_ids.begin() + (env->rank + 1) * tau * top_k);
+  const std::vector<float> weights(all_weights.begin() + env->rank * tau * top_k,
+                                   all_weights.begin() + (env->rank + 1) * tau * top_k);
+  const size_t elems = static_cast<size_t>(tau) * config.shape.hidden;
+  DeviceBuffer input(elems * 2), out_off(elems * 2), out_on(elems * 2), out_again(elems * 2);
+  DeviceBuffer flag(sizeof(int)), barrier(sizeof(float));
+  ISER_CUDA_CHECK(cudaMemset(flag.get(), 0, sizeof(int)));  // never released: times out
+  cuda::launch_fill_uniform({input.get<uint16_t>(), static_cast<int64_t>(elems),
+                             99 + static_cast<uint64_t>(env->rank), 1.0f},
+                            nullptr);
+  ISER_CUDA_CHECK(cudaDeviceSynchronize());
+  // Both ranks past the previous invocation (its stalled copy included) before the next count
+  // exchange, whose wait has the same short timeout.
+  const auto rank_barrier = [&] {
+    ISER_NCCL_CHECK(
+        ncclAllReduce(barrier.get(), barrier.get(), 1, ncclFloat, ncclSum, comm.get(), nullptr));
+    ISER_CUDA_CHECK(cudaDeviceSynchronize());
+  };
+
+  layer.forward(input.get(), ids, weights, false, out_off.get());
+  layer.finish();
+  rank_barrier();
+  if (env->rank == 0) {
+    layer.set_copy_hook([&](Stream stream) {
+      ISER_CUDA_CHECK(::iser::testing::launch_stall(flag.get<int>(), 1'500'000'000ull, stream));
+    });
+  }
+  const LayerInvocationStats on = layer.forward(input.get(), ids, weights, true, out_on.get());
+  const EpLayerTimings stalled = layer.finish();
+  layer.set_copy_hook({});
+  rank_barrier();
+  layer.forward(input.get(), ids, weights, true, out_again.get());
+  const EpLayerTimings again = layer.finish();
+
+  ASSERT_FALSE(on.plan.broadcasts.empty()) << "the routing must be skewed enough to replicate";
+  // Every op rank 0 writes (owner-direct) into a group holding this rank had no valid replica;
+  // rank 1's ops did (its copy was not stalled).
+  uint32_t expect_refilled = 0;
+  bool rank0_writes = false;
+  for (const CopyOp& op : make_copy_list(on.plan)) {
+    const bool member = env->rank >= op.group_begin && env->rank < op.group_begin + op.group_size;
+    rank0_writes = rank0_writes || op.owner == 0;
+    if (member && op.owner == 0) ++expect_refilled;
+  }
+  ASSERT_TRUE(rank0_writes) << "the plan must have rank 0 write a replica";
+  EXPECT_EQ(stalled.fallback_slots, expect_refilled);
+  EXPECT_GT(stalled.ready_wait_ms, 150.0f) << "the gate should have waited for its timeout";
+  EXPECT_EQ(again.fallback_slots, 0u);
+  const auto a = testing::download(out_off.get(), elems);
+  const auto b = testing::download(out_on.get(), elems);
+  const auto c = testing::download(out_again.get(), elems);
+  for (int t = 0; t < tau; ++t) {
+    const size_t he = config.shape.hidden;
+    ASSERT_EQ(0, std::memcmp(a.data() + t * he, b.data() + t * he, he * 2))
+        << "rank " << env->rank << " token " << t << " differs between OFF and the stalled ON";
+    ASSERT_EQ(0, std::memcmp(a.data() + t * he, c.data() + t * he, he * 2))
+        << "rank " << env->rank << " token " << t << " differs between OFF and the next ON";
   }
 }
 

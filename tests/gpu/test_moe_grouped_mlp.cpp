@@ -1,6 +1,7 @@
 // Grouped gated MLP (include/iser/moe.h) against a host fp32 reference, and the property the
 // ON/OFF bitwise guarantee rests on: a token's output bytes do not depend on which slot (home or
 // a byte-copied replica), how many rows or which position it has in the grouped GEMM.
+#include <cstdio>
 #include <cstring>
 #include <vector>
 
@@ -127,6 +128,55 @@ TEST(GroupedMlp, TokenOutputIndependentOfSlotCountAndPosition) {
         << "token " << r << " differs between OFF and ON";
   }
   ASSERT_EQ(0, std::memcmp(off.data() + 1000 * he, lone.data(), he * 2));
+}
+
+// Tail algorithms (every granule the device admits, down to 8 rows) and chained lanes: a token
+// computed in a slot's last partial granule, at any row count and offset, gets the bytes the
+// pinned-only two-pass schedule gives it among whole granules.
+TEST(GroupedMlp, TailAlgorithmsAndChainedLanesKeepTokenBytes) {
+  SKIP_WITHOUT_GPU();
+  const ExpertShape shape;     // DeepSeek-V4-Pro
+  const int full_rows = 1024;  // whole granules of the pinned kernels (256 on H200)
+  ExpertBank bank(shape, 2);   // bank slot 0: expert A; bank slot 1: expert B
+  bank.fill_random(21, 1.0f / 84.0f, nullptr);
+  DeviceBuffer tokens(static_cast<size_t>(full_rows + 512) * shape.hidden * 2);
+  cuda::launch_fill_uniform(
+      {tokens.get<uint16_t>(), int64_t{full_rows + 512} * shape.hidden, 17, 1.0f}, nullptr);
+  // MLP slot 0 runs B and slot 1 runs A, so A's rows start at an offset in the buffer.
+  const std::vector<SlotWeights> weights = {bank.slot(1), bank.slot(0)};
+
+  GroupedMlpOptions pinned_only;
+  pinned_only.chain_slots = false;
+  pinned_only.min_tail_granule = 0;
+  GroupedMlp reference(shape, 2, full_rows + 512, pinned_only);
+  reference.set_weights(weights, nullptr);
+  std::vector<int> all_a(full_rows);
+  for (int r = 0; r < full_rows; ++r) all_a[r] = r;
+  const auto want = run_layout(reference, tokens, all_a, {0, full_rows});
+
+  GroupedMlpOptions tails;
+  tails.num_lanes = 3;
+  tails.chain_slots = true;
+  tails.min_tail_granule = 8;
+  GroupedMlp mlp(shape, 2, full_rows + 512, tails);
+  mlp.set_weights(weights, nullptr);
+  std::printf("[          ] %s\n", mlp.describe().c_str());
+  const size_t he = shape.hidden;
+  for (const int n : {1, 7, 12, 31, 64, 100, 129, 150, 200, 255, 300, 511, 777}) {
+    // B's rows (slot 0), then A's last n tokens (slot 1).
+    const int b_rows = (n * 37) % 300;
+    std::vector<int> layout;
+    for (int r = 0; r < b_rows; ++r) layout.push_back(full_rows + r);
+    for (int r = full_rows - n; r < full_rows; ++r) layout.push_back(r);
+    const auto got = run_layout(mlp, tokens, layout, {b_rows, n});
+    ASSERT_GE(mlp.padded_rows(std::vector<int32_t>{0, n}), 2 * n);
+    for (int i = 0; i < n; ++i) {
+      const size_t token = full_rows - n + i;
+      const size_t row = static_cast<size_t>(b_rows) + i;
+      ASSERT_EQ(0, std::memcmp(want.data() + token * he, got.data() + row * he, he * 2))
+          << "token " << token << " differs in a " << n << "-row slot";
+    }
+  }
 }
 
 TEST(GroupedMlp, RejectsBadInput) {

@@ -61,6 +61,49 @@ TEST(LogicalEpLayer, OnAndOffOutputsBitwiseIdentical) {
   }
 }
 
+// The benchmark's shape (DeepSeek-V4-Pro experts, EP8, E = 384, S = 4, top-6) with the default
+// GroupedMlp schedule: ~128 rows per slot, so nearly every slot ends in a tail algorithm, in
+// OFF and in ON, at different rows. Needs ~60 GB of device memory (skipped below that).
+TEST(LogicalEpLayer, OnAndOffBitwiseIdenticalAtTheBenchmarkShape) {
+  if (!has_gpu()) GTEST_SKIP() << "no CUDA device";
+  LayerConfig config;
+  config.topo = Topology::make(8, 384, 4);
+  config.top_k = 6;
+  config.tokens_per_rank = 1024;
+  size_t free_bytes = 0, total_bytes = 0;
+  ISER_CUDA_CHECK(cudaMemGetInfo(&free_bytes, &total_bytes));
+  const size_t need = static_cast<size_t>(config.topo.num_experts + 32) *
+                          static_cast<size_t>(config.shape.bundle_bytes()) +
+                      (size_t{20} << 30);
+  if (free_bytes < need) GTEST_SKIP() << "needs " << (need >> 30) << " GiB of device memory";
+  const int num_tokens = config.topo.num_ranks * config.tokens_per_rank;
+  ExpertBank experts(config.shape, config.topo.num_experts);
+  experts.fill_random(33, 1.0f / 84.0f, nullptr);
+  DeviceBuffer input(static_cast<size_t>(num_tokens) * config.shape.hidden * 2);
+  DeviceBuffer out_off(input.bytes()), out_on(input.bytes());
+  cuda::launch_fill_uniform(
+      {input.get<uint16_t>(), int64_t{num_tokens} * config.shape.hidden, 7, 1.0f}, nullptr);
+  std::vector<int32_t> ids;
+  std::vector<float> weights;
+  make_routes(num_tokens, config.top_k, config.topo.num_experts, ids, weights);
+
+  LogicalEpLayer layer(config, experts);
+  const LayerInvocationStats off =
+      layer.forward(input.get(), ids, weights, false, out_off.get(), nullptr);
+  const LayerInvocationStats on =
+      layer.forward(input.get(), ids, weights, true, out_on.get(), nullptr);
+  ISER_CUDA_CHECK(cudaDeviceSynchronize());
+  ASSERT_GT(on.helper_routes, 0);
+  EXPECT_LT(imbalance_ratio(on.rank_loads), imbalance_ratio(off.rank_loads));
+  const auto a = download(out_off.get(), input.bytes() / 2);
+  const auto b = download(out_on.get(), input.bytes() / 2);
+  for (int t = 0; t < num_tokens; ++t) {
+    const size_t he = config.shape.hidden;
+    ASSERT_EQ(0, std::memcmp(a.data() + t * he, b.data() + t * he, he * 2))
+        << "token " << t << " differs between OFF and ON";
+  }
+}
+
 TEST(LogicalEpLayer, MatchesHostReference) {
   if (!has_gpu()) GTEST_SKIP() << "no CUDA device";
   LayerConfig config;
