@@ -1,20 +1,21 @@
 // HALO-Q planner kernel (DESIGN §4.1-§4.4, §4.6): the all-gathered counts [P][E] -> one plan in
 // the GpuPlanLayout, on one CTA per plan; PlanParams::iser swaps stage 2 for plan_iser's
-// placement (plan_iser.cuh), the other stages unchanged. Decisions are identical to the CPU
-// reference planner (src/core/planner): same int32 arithmetic, same ties, same pass budget.
+// placement (plan_iser.cuh), the other stages unchanged. Placement and coloring: plan_place.cuh.
+// Decisions are identical to the CPU reference planner (src/core/planner): same int32 arithmetic,
+// same ties, same pass budget.
 //
 // Stages and who runs them:
 //   1 hist, loads, T                    all threads: column sums in registers, coalesced
 //     candidates                        one warp per owner: C warp-argmax rounds
-//   2 placement (sequential passes)     warp 0: per-pass argmax and group search are warp
-//                                       reductions over the ranks (P <= 72: <= 3 per lane)
-//   3 slot coloring (sequential)        warp 0
+//   2 placement (sequential passes)     warp 0, per-rank state in registers (P <= 72: <= 3
+//                                       ranks per lane); every choice a warp reduction
+//   3 slot coloring (sequential)        warp 0, used helper indices in registers
 //   6 transport modes, repair prep      all threads
 //   4 quota repair                      one warp per circle-method pair, a named barrier per
 //                                       phase; each lane holds <= 3 sorted broadcasts
 //   out plan words + rewrite tables     all threads
-// Per-rank state and the broadcasts live in shared memory; quotas are stored compactly (group
-// members, then the owner when it is outside) since Σ_b |G_b| <= P·S.
+// The broadcasts live in shared memory; quotas are stored compactly (group members, then the
+// owner when it is outside) since Σ_b |G_b| <= P·S.
 //
 // NOTE: code size matters as much as the arithmetic: the planner runs after kernels that evict
 // L2, so every instruction line it executes for the first time is an HBM fetch. Loops that need
@@ -22,6 +23,7 @@
 #pragma once
 
 #include "cuda/plan_iser.cuh"
+#include "cuda/plan_place.cuh"
 #include "cuda/plan_stages.cuh"
 
 namespace iser::cuda {
@@ -54,13 +56,6 @@ __global__ void __launch_bounds__(PlanConfig::kThreads, 1)
   st.candidates = smem + lay.candidates;
   st.load = smem + lay.load;
   st.home_load = smem + lay.home_load;
-  st.recv_used = smem + lay.recv_used;
-  st.send_used = smem + lay.send_used;
-  st.next_candidate = smem + lay.next_candidate;
-  st.frozen = smem + lay.frozen;
-  st.prefix = reinterpret_cast<uint32_t*>(smem + lay.prefix);
-  st.share = smem + lay.share;
-  st.used = reinterpret_cast<uint32_t*>(smem + lay.used);
   st.b_expert = smem + lay.b_expert;
   st.b_owner = smem + lay.b_owner;
   st.b_level = smem + lay.b_level;
@@ -72,7 +67,6 @@ __global__ void __launch_bounds__(PlanConfig::kThreads, 1)
   st.b_link = smem + lay.b_link;
   st.left = smem + lay.left;
   st.spent = smem + lay.spent;
-  st.cold_prefix = reinterpret_cast<uint32_t*>(smem + lay.cold_prefix);
   st.buffer_words = lay.buffer_words;
   st.order = smem + lay.order;
   st.quota = smem + lay.quota;
@@ -91,13 +85,6 @@ __global__ void __launch_bounds__(PlanConfig::kThreads, 1)
   __shared__ unsigned long long total_routes;  // 64-bit: checked before any int32 use
   if (tid < 8) st.scalars[tid] = 0;
   if (tid == 0) total_routes = 0;
-#pragma unroll 1
-  for (int r = tid; r < P; r += PlanConfig::kThreads) {
-    st.recv_used[r] = 0;
-    st.send_used[r] = 0;
-    st.next_candidate[r] = 0;
-    st.frozen[r] = 0;
-  }
 #pragma unroll 1
   for (int e = tid; e < E; e += PlanConfig::kThreads) {
     st.hist[e] = 0;
@@ -172,7 +159,7 @@ __global__ void __launch_bounds__(PlanConfig::kThreads, 1)
   if (warp == 0) {
     int num_broadcasts = 0;
     if (st.scalars[kStatusWord] == 0) {
-      num_broadcasts = p.iser ? place_iser(st, p, T, lane) : place(st, p, T, lane);
+      num_broadcasts = p.iser ? place_iser(st, p, T, lane) : place(st, p, T, T, false, lane);
       color(st, num_broadcasts, lane);
     }
     if (lane == 0) st.scalars[kNumBroadcastsWord] = num_broadcasts;
