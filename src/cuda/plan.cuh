@@ -230,13 +230,6 @@ __global__ void __launch_bounds__(PlanConfig::kThreads, 1)
         lanes[k] = {st.b_begin[b], st.b_size[b], st.b_owner[b], st.b_quota_offset[b], true};
       }
     }
-    // NOTE: phase t and phase t + ring_size pair the same ranks in the same order, so once
-    // ring_size consecutive phases changed nothing, the quotas are a fixed point of every later
-    // phase: the repair stops there (same result as running all 2 * ring_size phases). Warps
-    // that changed a quota raise kLastChangeWord to phase + 1 before the phase's barrier; every
-    // warp reads it after the barrier. A warp may read a later phase's raise too, but only if
-    // some warp went on, which needs the phase's own value to say "go on": all warps agree.
-    unsigned* last_change = reinterpret_cast<unsigned*>(&st.scalars[kLastChangeWord]);
 #pragma unroll 1
     for (int phase = 0; phase < 2 * ring_size && warp < repair_warps; ++phase) {
       const int rot = phase < ring_size ? phase : phase - ring_size;
@@ -253,23 +246,17 @@ __global__ void __launch_bounds__(PlanConfig::kThreads, 1)
         const int a = w == 0 ? 0 : ring(w);
         const int d = w == 0 ? ring(0) : ring(seats - 1 - w);
         if (a >= P || d >= P) continue;
-        bool changed;
         if (chunks == 1) {
-          changed = trade_pair_registers<1>(st, lanes, a, d, lane);
+          trade_pair_registers<1>(st, lanes, a, d, lane);
         } else if (in_registers) {
-          changed = trade_pair_registers<kRepairChunks>(st, lanes, a, d, lane);
+          trade_pair_registers<kRepairChunks>(st, lanes, a, d, lane);
         } else {
-          changed = trade(st, B, a, d, lane);
+          trade(st, B, a, d, lane);
           __syncwarp();
-          changed |= trade(st, B, d, a, lane);
+          trade(st, B, d, a, lane);
         }
-        if (changed && lane == 0) atomicMax(last_change, static_cast<unsigned>(phase + 1));
       }
       named_barrier(1, repair_warps * 32);
-      // Atomic read: warps already in the next phase may raise it concurrently.
-      unsigned last = lane == 0 ? atomicOr(last_change, 0u) : 0u;
-      last = __shfl_sync(PlanConfig::kFullMask, last, 0);
-      if (static_cast<unsigned>(phase + 1) - last >= static_cast<unsigned>(ring_size)) break;
     }
   }
   __syncthreads();

@@ -69,8 +69,7 @@ struct PlanSmem {
 
 namespace plan_detail {
 
-// kLastChangeWord: 1 + the last repair phase that changed a quota (0: none yet).
-enum Scalar { kStatusWord, kTargetWord, kNumBroadcastsWord, kTotalWord, kLastChangeWord };
+enum Scalar { kStatusWord, kTargetWord, kNumBroadcastsWord, kTotalWord };
 
 __device__ __forceinline__ unsigned long long global_timer() {
   unsigned long long t;
@@ -183,8 +182,7 @@ struct State {
 // Stage 4, one trade (one warp): receiver a takes spare quota of donor d for its own routes and
 // releases as much of its own spare quota to d, over the broadcasts both host, in expert order.
 // General path (B > 32 * kRepairChunks, rare): out of line to keep the kernel's code small.
-// Returns true if quotas changed (warp-uniform).
-__device__ __noinline__ bool trade(const State& st, int num_broadcasts, int a, int d, int lane) {
+__device__ __noinline__ void trade(const State& st, int num_broadcasts, int a, int d, int lane) {
   auto load_pair = [&](int k, int& ia, int& id, int& pull, int& give) {
     ia = -1;
     id = -1;
@@ -214,7 +212,7 @@ __device__ __noinline__ bool trade(const State& st, int num_broadcasts, int a, i
     sum_give += __reduce_add_sync(PlanConfig::kFullMask, give);
   }
   const int delta = min(sum_pull, sum_give);
-  if (delta <= 0) return false;
+  if (delta <= 0) return;
   // Greedy fill in order: item i takes min(x_i, max(0, delta - Σ_{j<i} x_j)).
   int pulled = 0;
   int given = 0;
@@ -232,7 +230,6 @@ __device__ __noinline__ bool trade(const State& st, int num_broadcasts, int a, i
     pulled += __shfl_sync(PlanConfig::kFullMask, pull_incl, 31);
     given += __shfl_sync(PlanConfig::kFullMask, give_incl, 31);
   }
-  return true;  // delta > 0 moves quota: an item cannot both pull and give
 }
 
 // Stage 4 register path (B <= 32 * kRepairChunks): lane k of chunk j holds sorted broadcast
@@ -319,10 +316,9 @@ __device__ __forceinline__ void trade_one_way(const int (&c_r)[K], int (&q_r)[K]
   }
 }
 
-// Both directions of one pair over the first K chunks of the lane's sorted broadcasts; returns
-// true if quotas changed (warp-uniform).
+// Both directions of one pair over the first K chunks of the lane's sorted broadcasts.
 template <int K>
-__device__ __forceinline__ bool trade_pair_registers(const State& st,
+__device__ __forceinline__ void trade_pair_registers(const State& st,
                                                      const SortedLane (&lanes)[kRepairChunks],
                                                      int a, int d, int lane) {
   static_assert(K <= kRepairChunks);
@@ -336,7 +332,7 @@ __device__ __forceinline__ bool trade_pair_registers(const State& st,
     if (id[k] < 0) ia[k] = -1;
     any |= ia[k] >= 0;
   }
-  if (!__any_sync(PlanConfig::kFullMask, any)) return false;  // the pair shares no broadcast
+  if (!__any_sync(PlanConfig::kFullMask, any)) return;  // the pair shares no broadcast
 #pragma unroll
   for (int k = 0; k < K; ++k) {
     const bool shared = ia[k] >= 0;
@@ -350,16 +346,13 @@ __device__ __forceinline__ bool trade_pair_registers(const State& st,
   for (int k = 0; k < K; ++k) qa0[k] = qa[k];
   trade_one_way(ca, qa, cd, qd, lane);  // receiver a, donor d
   trade_one_way(cd, qd, ca, qa, lane);  // receiver d, donor a
-  bool changed = false;
 #pragma unroll
   for (int k = 0; k < K; ++k) {
     if (ia[k] >= 0 && qa[k] != qa0[k]) {  // a pair's quotas change together (sum is kept)
       st.quota[ia[k]] = qa[k];
       st.quota[id[k]] = qd[k];
-      changed = true;
     }
   }
-  return __any_sync(PlanConfig::kFullMask, changed);
 }
 
 }  // namespace plan_detail
