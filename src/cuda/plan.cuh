@@ -121,7 +121,9 @@ __global__ void __launch_bounds__(PlanConfig::kThreads, 1)
     st.scalars[kTargetWord] = total / P + (total % P != 0 ? 1 : 0);
   }
   // Per owner (one warp each): its home load, and its candidates = its first C home experts by
-  // (hist desc, id asc), found by C warp-argmax rounds, each the best below the previous pick.
+  // (hist desc, id asc). H <= 64: each lane ranks its (at most two) experts against all H in one
+  // pass (ranks are a permutation, so ranks 0 .. C-1 fill every slot); otherwise C warp-argmax
+  // rounds, each the best below the previous pick. hist >= 0 whenever the plan is used.
 #pragma unroll 1
   for (int o = warp; o < P; o += PlanConfig::kWarps) {
     const int32_t* home = st.hist + o * H;
@@ -133,7 +135,24 @@ __global__ void __launch_bounds__(PlanConfig::kThreads, 1)
       st.load[o] = sum;
       st.home_load[o] = sum;
     }
-    unsigned prev_h = 0xffffffffu;  // hist >= 0 whenever the plan is used
+    if (H <= 64) {
+      const int i0 = lane;
+      const int i1 = lane + 32;
+      const unsigned h0 = i0 < H ? static_cast<unsigned>(home[i0]) : 0u;
+      const unsigned h1 = i1 < H ? static_cast<unsigned>(home[i1]) : 0u;
+      int rank0 = 0;
+      int rank1 = 0;
+#pragma unroll 4
+      for (int j = 0; j < H; ++j) {
+        const unsigned h = static_cast<unsigned>(home[j]);
+        rank0 += h > h0 || (h == h0 && j < i0) ? 1 : 0;
+        rank1 += h > h1 || (h == h1 && j < i1) ? 1 : 0;
+      }
+      if (i0 < H && rank0 < C) st.candidates[o * C + rank0] = o * H + i0;
+      if (i1 < H && rank1 < C) st.candidates[o * C + rank1] = o * H + i1;
+      continue;
+    }
+    unsigned prev_h = 0xffffffffu;
     int prev_i = -1;
 #pragma unroll 1
     for (int c = 0; c < C; ++c) {
@@ -247,9 +266,9 @@ __global__ void __launch_bounds__(PlanConfig::kThreads, 1)
         const int d = w == 0 ? ring(0) : ring(seats - 1 - w);
         if (a >= P || d >= P) continue;
         if (chunks == 1) {
-          trade_pair_registers<1>(st, lanes, a, d, lane);
+          trade_pair_registers<1>(st, lanes, B, a, d, lane);
         } else if (in_registers) {
-          trade_pair_registers<kRepairChunks>(st, lanes, a, d, lane);
+          trade_pair_registers<kRepairChunks>(st, lanes, B, a, d, lane);
         } else {
           trade(st, B, a, d, lane);
           __syncwarp();
@@ -284,8 +303,8 @@ __global__ void __launch_bounds__(PlanConfig::kThreads, 1)
       const int diag = min(c, q);
       const int supply = c - diag;
       const int demand = q - diag;
-      const int supply_incl = warp_inclusive_scan(supply, lane);
-      const int demand_incl = warp_inclusive_scan(demand, lane);
+      const int supply_incl = warp_inclusive_scan(supply, lane, P - base);
+      const int demand_incl = warp_inclusive_scan(demand, lane, P - base);
       if (r < P) {
         const int64_t at = static_cast<int64_t>(b) * P + r;
         plan[out.quotas() + at] = q;

@@ -35,10 +35,12 @@ __device__ __forceinline__ T rank_value(const T (&v)[K], int r) {
 }
 
 // Inclusive prefix over ranks (rank order = chunk-major) of N register rows, scanned together.
+// With one chunk (P <= 32) only the steps below P are needed: ceil(log2 P) shuffles deep.
 template <int K, int N>
-__device__ __forceinline__ void scan_ranks(unsigned (&v)[N][K], int lane) {
+__device__ __forceinline__ void scan_ranks(unsigned (&v)[N][K], int P, int lane) {
 #pragma unroll
   for (int d = 1; d < 32; d <<= 1) {
+    if (K == 1 && d >= P) break;
 #pragma unroll
     for (int n = 0; n < N; ++n) {
 #pragma unroll
@@ -83,33 +85,50 @@ struct GroupChoice {
   int begin = 0;
 };
 
+// Stage 2 group sums: an inclusive prefix over ranks of (room << 7 | no free helper slot) and
+// of cold ranks (load < water), room = water - load for cold ranks. The owner (load > water)
+// adds neither room nor a cold rank, which is why HALO-Q's "members other than the owner" needs
+// no exclusion here and the prefix can be taken before the owner is known. Σ room <= P * water
+// < 2^25 and P <= 72 < 2^7, so the packed sum fits 32 bits.
+template <int K>
+struct GroupSums {
+  unsigned packed[K];
+  unsigned cold[K];
+
+  __device__ __forceinline__ void scan(const RankState<K>& rs, int P, int S, int water, int lane) {
+    unsigned v[2][K];
+#pragma unroll
+    for (int k = 0; k < K; ++k) {
+      const int r = 32 * k + lane;
+      const int l = rs.load[k];
+      const bool is_cold = r < P && l < water;
+      v[0][k] = (is_cold ? static_cast<unsigned>(water - l) << 7 : 0u) |
+                (r < P && rs.recv[k] >= S ? 1u : 0u);
+      v[1][k] = is_cold ? 1u : 0u;
+    }
+    scan_ranks<K, 2>(v, P, lane);
+#pragma unroll
+    for (int k = 0; k < K; ++k) packed[k] = v[0][k], cold[k] = v[1][k];
+  }
+};
+
 // HALO-Q group search (reference, absorb, owner_in_group) for owner o: the finest level <= wanted
 // (group size * T >= mass) whose best eligible group has room > 0; best = most room, ties lowest
 // begin. absorb: a level is taken at once only if its best room >= give, otherwise the group
 // with the most room over all levels (ties: the finer level, then the lowest begin) if room > 0.
-// Eligible: every member (the owner too when it is one) has a free helper slot; room counts the
-// members other than the owner. Packed sums (room << 7 | ineligible members) fit 32 bits since
-// Σ room <= P * T < 2^25 and P <= 72 < 2^7.
+// Eligible: every member (the owner too when it is one) has a free helper slot.
 template <int K>
-__device__ GroupChoice choose_group(const State& st, const PlanParams& p, const RankState<K>& rs,
-                                    int o, int T, int mass, int give, int lane) {
+__device__ GroupChoice choose_group(const State& st, const PlanParams& p, const GroupSums<K>& sums,
+                                    bool packed_key, int o, int T, int mass, int give, int lane) {
   const int P = st.P;
-  unsigned v[1][K];
-#pragma unroll
-  for (int k = 0; k < K; ++k) {
-    const int r = 32 * k + lane;
-    const int l = rs.load[k];
-    const unsigned room = (r != o && l < T) ? static_cast<unsigned>(T - l) : 0u;
-    v[0][k] = r < P ? (room << 7) | (rs.recv[k] >= st.S ? 1u : 0u) : 0u;
-  }
-  scan_ranks<K, 1>(v, lane);
-
   const long long per_member = T > 1 ? T : 1;
   const int num_flat = (1 << st.num_levels) - 1;
   // Every (level, group) once (flat index f = 2^level - 1 + group) and two lexicographic warp
   // maxima, each as a (hi, lo) pair of 32-bit reductions:
   //   accepted (room > 0, and room >= give under absorb): (level + 1, room, -group)
   //   absorb fallback (room > 0):                          (room, level, -group)
+  // With packed_key (P * T < 2^22, so room < 2^22) the accepted key is one 32-bit word:
+  // (level + 1) << 29 | room << 7 | 127 - group, a single reduction.
   unsigned acc_hi = 0, acc_lo = 0, any_hi = 0, any_lo = 0;
 #pragma unroll 1
   for (int base = 0; base < num_flat; base += 32) {
@@ -119,8 +138,8 @@ __device__ GroupChoice choose_group(const State& st, const PlanParams& p, const 
     const int size = P >> level;
     const int begin = group * size;
     const bool valid = f < num_flat;
-    const unsigned sum = prefix_at<K>(v[0], valid ? begin + size - 1 : -1) -
-                         prefix_at<K>(v[0], valid ? begin - 1 : -1);
+    const unsigned sum = prefix_at<K>(sums.packed, valid ? begin + size - 1 : -1) -
+                         prefix_at<K>(sums.packed, valid ? begin - 1 : -1);
     if (!valid || static_cast<long long>(size) * per_member < mass) continue;  // finer than wanted
     if (p.owner_in_group && (o < begin || o >= begin + size)) continue;
     if ((sum & 127u) != 0) continue;  // a member has no free helper slot
@@ -136,10 +155,18 @@ __device__ GroupChoice choose_group(const State& st, const PlanParams& p, const 
     if (room > any_hi || (room == any_hi && lo > any_lo)) any_hi = room, any_lo = lo;
   }
   GroupChoice choice;
-  const unsigned best_level = __reduce_max_sync(PlanConfig::kFullMask, acc_hi);
+  unsigned best_level;
+  unsigned key;
+  if (packed_key) {
+    key = __reduce_max_sync(PlanConfig::kFullMask, acc_hi << 29 | acc_lo);
+    best_level = key >> 29;
+  } else {
+    best_level = __reduce_max_sync(PlanConfig::kFullMask, acc_hi);
+    key = best_level > 0
+              ? __reduce_max_sync(PlanConfig::kFullMask, acc_hi == best_level ? acc_lo : 0u)
+              : 0u;
+  }
   if (best_level > 0) {
-    const unsigned key =
-        __reduce_max_sync(PlanConfig::kFullMask, acc_hi == best_level ? acc_lo : 0u);
     choice.level = static_cast<int>(best_level) - 1;
     choice.begin = (127 - static_cast<int>(key & 127u)) * (P >> choice.level);
     return choice;
@@ -147,7 +174,7 @@ __device__ GroupChoice choose_group(const State& st, const PlanParams& p, const 
   if (!p.absorb) return choice;
   const unsigned best_room = __reduce_max_sync(PlanConfig::kFullMask, any_hi);
   if (best_room == 0) return choice;
-  const unsigned key = __reduce_max_sync(PlanConfig::kFullMask, any_hi == best_room ? any_lo : 0u);
+  key = __reduce_max_sync(PlanConfig::kFullMask, any_hi == best_room ? any_lo : 0u);
   choice.level = static_cast<int>(key >> 7);
   choice.begin = (127 - static_cast<int>(key & 127u)) * (P >> choice.level);
   return choice;
@@ -169,21 +196,9 @@ __device__ __forceinline__ bool meets_chain(const State& st, int b, int begin, i
 // `latest`) are skipped. Then the finest level absorbing >= 7/8 of the best level's amount.
 // The owner (L > W) adds neither room nor a cold member, so it needs no exclusion.
 template <int K>
-__device__ GroupChoice choose_group_room_aware(const State& st, const RankState<K>& rs, int W,
-                                               int give, int latest, int lane) {
+__device__ GroupChoice choose_group_room_aware(const State& st, const GroupSums<K>& sums, int give,
+                                               int latest, int lane) {
   const int P = st.P;
-  unsigned v[2][K];  // packed room | ineligible, cold members
-#pragma unroll
-  for (int k = 0; k < K; ++k) {
-    const int r = 32 * k + lane;
-    const int l = rs.load[k];
-    const bool cold = r < P && l < W;
-    v[0][k] = cold ? static_cast<unsigned>(W - l) << 7 : 0u;
-    v[0][k] |= r < P && rs.recv[k] >= st.S ? 1u : 0u;
-    v[1][k] = cold ? 1u : 0u;
-  }
-  scan_ranks<K, 2>(v, lane);
-
   // Per lane and level: the best of the lane's groups as (absorbed, (127 - cold) << 7 | 127 - g).
   unsigned hi[kMaxLevels], lo[kMaxLevels];
 #pragma unroll
@@ -199,8 +214,8 @@ __device__ GroupChoice choose_group_room_aware(const State& st, const RankState<
     const bool valid = f < num_flat;
     const int end_pos = valid ? begin + size - 1 : -1;
     const int begin_pos = valid ? begin - 1 : -1;
-    const unsigned sum = prefix_at<K>(v[0], end_pos) - prefix_at<K>(v[0], begin_pos);
-    const unsigned cold = prefix_at<K>(v[1], end_pos) - prefix_at<K>(v[1], begin_pos);
+    const unsigned sum = prefix_at<K>(sums.packed, end_pos) - prefix_at<K>(sums.packed, begin_pos);
+    const unsigned cold = prefix_at<K>(sums.cold, end_pos) - prefix_at<K>(sums.cold, begin_pos);
     if (!valid || (sum & 127u) != 0) continue;  // a member has no free helper slot
     const unsigned room = sum >> 7;
     if (room == 0) continue;
@@ -268,8 +283,13 @@ __device__ __noinline__ int place_ranks(const State st, const PlanParams p, int 
   int num_broadcasts = 0;
   int quota_used = 0;
   const int max_passes = room_aware ? P * (H + S + 1) + 1 : P * (C + 2);
+  const bool packed_key = static_cast<long long>(P) * water < (1 << 22);
 #pragma unroll 1
   for (int pass = 0; pass < max_passes; ++pass) {
+    // The group sums do not depend on the owner (see GroupSums): their scan overlaps the owner
+    // choice below.
+    GroupSums<K> sums;
+    sums.scan(rs, P, S, water, lane);
     // Owner: the non-frozen rank with the largest L above the water, ties to the lowest rank.
     // L < 2^25, so (L << 7 | 127 - r) fits 32 bits.
     unsigned key = 0;
@@ -319,7 +339,7 @@ __device__ __noinline__ int place_ranks(const State st, const PlanParams p, int 
         freeze = mass == 0 || give <= 0;
       }
       if (!freeze) {
-        g = choose_group<K>(st, p, rs, o, water, mass, give, lane);
+        g = choose_group<K>(st, p, sums, packed_key, o, water, mass, give, lane);
         freeze = g.level < 0;
       }
     } else if (!freeze) {
@@ -341,7 +361,7 @@ __device__ __noinline__ int place_ranks(const State st, const PlanParams p, int 
         mass = static_cast<int>(share);
         give = min(load_o - water, mass);
         latest = st.expert_broadcast[expert];
-        g = choose_group_room_aware<K>(st, rs, water, give, latest, lane);
+        g = choose_group_room_aware<K>(st, sums, give, latest, lane);
         if (g.level < 0) {
           if (lane == 0) st.spent[expert] = 1;
           __syncwarp();  // read by the next pass's expert choice
@@ -440,7 +460,9 @@ __device__ __noinline__ int place_ranks(const State st, const PlanParams p, int 
     }
     ++num_broadcasts;
     quota_used += entries;
-    __syncwarp();  // records and the expert's share are read by later passes
+    // Room-aware passes read the records and the expert's share back; HALO-Q passes read
+    // nothing placement writes.
+    if (room_aware) __syncwarp();
   }
 #pragma unroll
   for (int k = 0; k < K; ++k) {

@@ -81,9 +81,11 @@ __device__ __forceinline__ void named_barrier(int id, int num_threads) {
   asm volatile("bar.sync %0, %1;" ::"r"(id), "r"(num_threads) : "memory");
 }
 
-__device__ __forceinline__ int warp_inclusive_scan(int v, int lane) {
+// Inclusive scan over the lanes; only lanes [0, num_items) need to be exact.
+__device__ __forceinline__ int warp_inclusive_scan(int v, int lane, int num_items = 32) {
 #pragma unroll
   for (int d = 1; d < 32; d <<= 1) {
+    if (d >= num_items) break;
     const int n = __shfl_up_sync(PlanConfig::kFullMask, v, d);
     if (lane >= d) v += n;
   }
@@ -259,7 +261,8 @@ struct SortedLane {
 // 2K scans are independent (interleaved: one scan's latency, not 2K).
 template <int K>
 __device__ __forceinline__ void trade_one_way(const int (&c_r)[K], int (&q_r)[K],
-                                              const int (&c_d)[K], int (&q_d)[K], int lane) {
+                                              const int (&c_d)[K], int (&q_d)[K], int num_items,
+                                              int lane) {
   int pull[K];
   int give[K];
   int my_pull = 0;
@@ -285,6 +288,7 @@ __device__ __forceinline__ void trade_one_way(const int (&c_r)[K], int (&q_r)[K]
     }
 #pragma unroll
     for (int d = 1; d < 32; d <<= 1) {
+      if (K == 1 && d >= num_items) break;  // items sit in lanes [0, num_items)
 #pragma unroll
       for (int k = 0; k < K; ++k) {
         const int np = __shfl_up_sync(PlanConfig::kFullMask, pull_incl[k], d);
@@ -320,7 +324,7 @@ __device__ __forceinline__ void trade_one_way(const int (&c_r)[K], int (&q_r)[K]
 template <int K>
 __device__ __forceinline__ void trade_pair_registers(const State& st,
                                                      const SortedLane (&lanes)[kRepairChunks],
-                                                     int a, int d, int lane) {
+                                                     int num_broadcasts, int a, int d, int lane) {
   static_assert(K <= kRepairChunks);
   int ia[K], id[K];
   int ca[K], qa[K], cd[K], qd[K];
@@ -344,8 +348,8 @@ __device__ __forceinline__ void trade_pair_registers(const State& st,
   int qa0[K];
 #pragma unroll
   for (int k = 0; k < K; ++k) qa0[k] = qa[k];
-  trade_one_way(ca, qa, cd, qd, lane);  // receiver a, donor d
-  trade_one_way(cd, qd, ca, qa, lane);  // receiver d, donor a
+  trade_one_way(ca, qa, cd, qd, num_broadcasts, lane);  // receiver a, donor d
+  trade_one_way(cd, qd, ca, qa, num_broadcasts, lane);  // receiver d, donor a
 #pragma unroll
   for (int k = 0; k < K; ++k) {
     if (ia[k] >= 0 && qa[k] != qa0[k]) {  // a pair's quotas change together (sum is kept)
