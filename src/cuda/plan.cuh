@@ -178,7 +178,7 @@ __global__ void __launch_bounds__(PlanConfig::kThreads, 1)
   if (warp == 0) {
     int num_broadcasts = 0;
     if (st.scalars[kStatusWord] == 0) {
-      num_broadcasts = p.iser ? place_iser(st, p, T, lane) : place(st, p, T, T, false, lane);
+      num_broadcasts = p.iser ? place_iser(st, p, T, lane) : place_halo_q(st, p, T, lane);
       color(st, num_broadcasts, lane);
     }
     if (lane == 0) st.scalars[kNumBroadcastsWord] = num_broadcasts;

@@ -255,11 +255,9 @@ __device__ GroupChoice choose_group_room_aware(const State& st, const GroupSums<
 // HALO-Q (room_aware = false, water = T): candidates fixed up front, a failed attempt freezes the
 // owner. Room-aware (water = W >= T): the home expert with the largest share left, a failed
 // attempt marks the expert spent. Sets status bits on overflow.
-// NOTE: out of line, one copy per K for HALO-Q and the three iser candidates (code size is
-// instruction-fetch time here); State and PlanParams by value so that they stay in registers.
 template <int K>
-__device__ __noinline__ int place_ranks(const State st, const PlanParams p, int T, int water,
-                                        bool room_aware, int lane) {
+__device__ __forceinline__ int place_ranks(const State& st, const PlanParams& p, int T, int water,
+                                           bool room_aware, int lane) {
   const int P = st.P;
   const int S = st.S;
   const int C = st.C;
@@ -473,11 +471,28 @@ __device__ __noinline__ int place_ranks(const State st, const PlanParams p, int 
   return num_broadcasts;
 }
 
-// Placement entry (warp 0): HALO-Q at T, or room-aware at water W.
+// NOTE: iser plans up to three candidates: one out-of-line copy per K serves all of them (code
+// size is instruction-fetch time here). State and PlanParams go by value so that they stay in
+// registers (by reference they would live in local memory, reloaded after every shared store).
+template <int K>
+__device__ __noinline__ int place_ranks_out_of_line(const State st, const PlanParams p, int T,
+                                                    int water, bool room_aware, int lane) {
+  return place_ranks<K>(st, p, T, water, room_aware, lane);
+}
+
+// Placement entry of plan_iser's candidates (warp 0): HALO-Q at T, or room-aware at water W.
 __device__ __forceinline__ int place(const State& st, const PlanParams& p, int T, int water,
                                      bool room_aware, int lane) {
-  return st.P <= 32 ? place_ranks<1>(st, p, T, water, room_aware, lane)
-                    : place_ranks<PlanConfig::kRankChunks>(st, p, T, water, room_aware, lane);
+  return st.P <= 32
+             ? place_ranks_out_of_line<1>(st, p, T, water, room_aware, lane)
+             : place_ranks_out_of_line<PlanConfig::kRankChunks>(st, p, T, water, room_aware, lane);
+}
+
+// HALO-Q placement (warp 0), inlined into the kernel: no call, and the room-aware branches fold
+// away.
+__device__ __forceinline__ int place_halo_q(const State& st, const PlanParams& p, int T, int lane) {
+  return st.P <= 32 ? place_ranks<1>(st, p, T, T, false, lane)
+                    : place_ranks<PlanConfig::kRankChunks>(st, p, T, T, false, lane);
 }
 
 // Stage 3: slot coloring (warp 0): levels coarse to fine, plan order within a level, the
