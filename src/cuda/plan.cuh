@@ -192,41 +192,46 @@ __global__ void __launch_bounds__(PlanConfig::kThreads, 1)
 #pragma unroll 1
     for (int e = tid; e < E; e += PlanConfig::kThreads) st.left[e] = 0;
   }
+  // One warp per broadcast b: own routes of its hosts, then its sorted position (by expert, then
+  // plan order), whether its group is pure and whether b is its owner's coarsest in-group
+  // broadcast, with the lanes splitting the other broadcasts.
 #pragma unroll 1
   for (int b = warp; b < B; b += PlanConfig::kWarps) {
-    const int entries = st.b_size[b] + (st.owner_in_group(b) ? 0 : 1);
-#pragma unroll 1
-    for (int i = lane; i < entries; i += 32) {
-      const int r = i < st.b_size[b] ? st.b_begin[b] + i : st.b_owner[b];
-      st.own[st.b_quota_offset[b] + i] = counts[static_cast<int64_t>(r) * E + st.b_expert[b]];
-    }
-  }
-#pragma unroll 1
-  for (int b = tid; b < B; b += PlanConfig::kThreads) {
     const int expert = st.b_expert[b];
     const int begin = st.b_begin[b];
     const int size = st.b_size[b];
     const int owner = st.b_owner[b];
-    const bool owner_in = st.owner_in_group(b);
-    int rank = 0;
-    bool pure = true;
-    bool coarsest = true;
+    const int level = st.b_level[b];
+    const bool owner_in = owner >= begin && owner < begin + size;
+    const int entries = size + (owner_in ? 0 : 1);
 #pragma unroll 1
-    for (int b2 = 0; b2 < B; ++b2) {
+    for (int i = lane; i < entries; i += 32) {
+      const int r = i < size ? begin + i : owner;
+      st.own[st.b_quota_offset[b] + i] = counts[static_cast<int64_t>(r) * E + expert];
+    }
+    int rank = 0;
+    bool impure = false;
+    bool finer = false;  // an in-group broadcast of the owner before b in (level, plan) order
+#pragma unroll 1
+    for (int b2 = lane; b2 < B; b2 += 32) {
       const int e2 = st.b_expert[b2];
       rank += (e2 < expert || (e2 == expert && b2 < b)) ? 1 : 0;
       const int begin2 = st.b_begin[b2];
       const int size2 = st.b_size[b2];
       const bool meet = begin2 < begin + size && begin < begin2 + size2;
-      if (meet && (begin2 != begin || size2 != size || !st.owner_in_group(b2))) pure = false;
-      if (b2 != b && st.b_owner[b2] == owner && st.owner_in_group(b2) &&
-          (st.b_level[b2] < st.b_level[b] || (st.b_level[b2] == st.b_level[b] && b2 < b))) {
-        coarsest = false;
-      }
+      impure |= meet && (begin2 != begin || size2 != size || !st.owner_in_group(b2));
+      const int level2 = st.b_level[b2];
+      finer |= b2 != b && st.b_owner[b2] == owner && st.owner_in_group(b2) &&
+               (level2 < level || (level2 == level && b2 < b));
     }
-    st.order[rank] = b;
-    st.b_mode[b] = static_cast<int>(owner_in && (pure || coarsest) ? TransportMode::kOwnerDirect
-                                                                   : TransportMode::kSami);
+    rank = __reduce_add_sync(PlanConfig::kFullMask, rank);
+    const bool pure = !__any_sync(PlanConfig::kFullMask, impure);
+    const bool coarsest = !__any_sync(PlanConfig::kFullMask, finer);
+    if (lane == 0) {
+      st.order[rank] = b;
+      st.b_mode[b] = static_cast<int>(owner_in && (pure || coarsest) ? TransportMode::kOwnerDirect
+                                                                     : TransportMode::kSami);
+    }
   }
   __syncthreads();
   stamp(3);

@@ -100,7 +100,7 @@ __device__ __forceinline__ void column_sums(const int32_t* counts, int P, int E,
   constexpr int kVec = sizeof(V) / sizeof(int32_t);
   const int cols = E / kVec;
   const int slices = max(1, PlanConfig::kThreads / cols);
-  constexpr int kUnroll = kVec == 4 ? 4 : 1;  // loads in flight on the fast path only
+  constexpr int kUnroll = kVec == 4 ? 8 : 1;  // loads in flight on the fast path only
   const V* base = reinterpret_cast<const V*>(counts);
 #pragma unroll 1
   for (int w = tid; w < slices * cols; w += PlanConfig::kThreads) {
