@@ -110,12 +110,14 @@ __global__ void __launch_bounds__(PlanConfig::kThreads, 1)
   if (lane == 0 && warp_partial != 0) {
     atomicAdd(&total_routes, static_cast<unsigned long long>(warp_partial));
   }
-  __syncthreads();
-  bad |= total_routes > static_cast<unsigned long long>(P) * p.max_count;
-  if (__syncthreads_or(bad)) {
-    if (tid == 0) st.scalars[kStatusWord] = kGpuBadCounts;
+  if (__any_sync(PlanConfig::kFullMask, bad) && lane == 0) {
+    atomicOr(reinterpret_cast<unsigned*>(&st.scalars[kStatusWord]), kGpuBadCounts);
   }
+  __syncthreads();
   if (tid == 0) {
+    if (total_routes > static_cast<unsigned long long>(P) * p.max_count) {
+      atomicOr(reinterpret_cast<unsigned*>(&st.scalars[kStatusWord]), kGpuBadCounts);
+    }
     const int total = static_cast<int>(total_routes);
     st.scalars[kTotalWord] = total;
     st.scalars[kTargetWord] = total / P + (total % P != 0 ? 1 : 0);
