@@ -6,13 +6,15 @@
 //
 // Stages and who runs them:
 //   1 hist, loads, T                    all threads: column sums in registers, coalesced
-//     candidates                        one warp per owner: C warp-argmax rounds
+//     candidates                        one warp per owner: one ranking pass (H <= 64) or C
+//                                       warp-argmax rounds
 //   2 placement (sequential passes)     warp 0, per-rank state in registers (P <= 72: <= 3
 //                                       ranks per lane); every choice a warp reduction
-//   3 slot coloring (sequential)        warp 0, used helper indices in registers
-//   6 transport modes, repair prep      all threads
-//   4 quota repair                      one warp per circle-method pair, a named barrier per
-//                                       phase; each lane holds <= 3 sorted broadcasts
+//   3 slot coloring (sequential)        warp 0, used helper indices in registers, while
+//   6 transport modes, repair prep      warps 1..: one warp per broadcast, then
+//   4 quota repair                      one of warps 1.. per circle-method pair, a named
+//                                       barrier per phase; each lane holds <= 3 sorted
+//                                       broadcasts
 //   out plan words + rewrite tables     all threads
 // The broadcasts live in shared memory; quotas are stored compactly (group members, then the
 // owner when it is outside) since Σ_b |G_b| <= P·S.
@@ -36,9 +38,10 @@ __global__ void __launch_bounds__(PlanConfig::kThreads, 1)
   const int lane = tid & 31;
   const int warp = tid >> 5;
   // Optional stage timestamps of CTA 0 (kGpuPlanTimerSlots globaltimer values).
-  const bool timed = p.timer != nullptr && blockIdx.x == 0 && tid == 0;
-  auto stamp = [&](int slot) {
-    if (timed) p.timer[slot] = global_timer();
+  // Stamps by thread `by` of CTA 0: thread 0 (warp 0) for the serial stages, thread 32 (warp 1)
+  // for the repair, which runs beside warp 0's coloring.
+  auto stamp = [&](int slot, int by = 0) {
+    if (p.timer != nullptr && blockIdx.x == 0 && tid == by) p.timer[slot] = global_timer();
   };
   stamp(0);
 
@@ -176,12 +179,11 @@ __global__ void __launch_bounds__(PlanConfig::kThreads, 1)
   const int T = st.scalars[kTargetWord];
   stamp(1);
 
-  // ---- stages 2 and 3: placement and coloring (warp 0) ---------------------------------------
+  // ---- stage 2: placement (warp 0) -----------------------------------------------------------
   if (warp == 0) {
     int num_broadcasts = 0;
     if (st.scalars[kStatusWord] == 0) {
       num_broadcasts = p.iser ? place_iser(st, p, T, lane) : place_halo_q(st, p, T, lane);
-      color(st, num_broadcasts, lane);
     }
     if (lane == 0) st.scalars[kNumBroadcastsWord] = num_broadcasts;
   }
@@ -189,104 +191,65 @@ __global__ void __launch_bounds__(PlanConfig::kThreads, 1)
   const int B = st.scalars[kNumBroadcastsWord];
   stamp(2);
 
-  // ---- repair prep and stage 6 (transport modes), all threads --------------------------------
-  if (p.iser) {  // left[] now sums each expert's quotas over its broadcasts (output check)
+  // ---- stage 3, slot coloring, on warp 0; beside it on warps 1.. the repair set-up, transport
+  // modes (stage 6) and quota repair (stage 4). NOTE: coloring writes only b_helper and the
+  // status word, which the repair never reads; both are read after the block barrier below.
+  constexpr int kSideWarps = PlanConfig::kWarps - 1;
+  if (warp == 0) {
+    color(st, B, lane);
+  } else {
+    const int side_warp = warp - 1;
+    if (p.iser) {  // left[] now sums each expert's quotas over its broadcasts (output check)
 #pragma unroll 1
-    for (int e = tid; e < E; e += PlanConfig::kThreads) st.left[e] = 0;
-  }
-  // One warp per broadcast b: own routes of its hosts, then its sorted position (by expert, then
-  // plan order), whether its group is pure and whether b is its owner's coarsest in-group
-  // broadcast, with the lanes splitting the other broadcasts.
-#pragma unroll 1
-  for (int b = warp; b < B; b += PlanConfig::kWarps) {
-    const int expert = st.b_expert[b];
-    const int begin = st.b_begin[b];
-    const int size = st.b_size[b];
-    const int owner = st.b_owner[b];
-    const int level = st.b_level[b];
-    const bool owner_in = owner >= begin && owner < begin + size;
-    const int entries = size + (owner_in ? 0 : 1);
-#pragma unroll 1
-    for (int i = lane; i < entries; i += 32) {
-      const int r = i < size ? begin + i : owner;
-      st.own[st.b_quota_offset[b] + i] = counts[static_cast<int64_t>(r) * E + expert];
+      for (int e = tid - 32; e < E; e += kSideWarps * 32) st.left[e] = 0;
     }
-    int rank = 0;
-    bool impure = false;
-    bool finer = false;  // an in-group broadcast of the owner before b in (level, plan) order
+    // One warp per broadcast b: own routes of its hosts, then its sorted position (by expert,
+    // then plan order), whether its group is pure and whether b is its owner's coarsest
+    // in-group broadcast, with the lanes splitting the other broadcasts.
 #pragma unroll 1
-    for (int b2 = lane; b2 < B; b2 += 32) {
-      const int e2 = st.b_expert[b2];
-      rank += (e2 < expert || (e2 == expert && b2 < b)) ? 1 : 0;
-      const int begin2 = st.b_begin[b2];
-      const int size2 = st.b_size[b2];
-      const bool meet = begin2 < begin + size && begin < begin2 + size2;
-      impure |= meet && (begin2 != begin || size2 != size || !st.owner_in_group(b2));
-      const int level2 = st.b_level[b2];
-      finer |= b2 != b && st.b_owner[b2] == owner && st.owner_in_group(b2) &&
-               (level2 < level || (level2 == level && b2 < b));
-    }
-    rank = __reduce_add_sync(PlanConfig::kFullMask, rank);
-    const bool pure = !__any_sync(PlanConfig::kFullMask, impure);
-    const bool coarsest = !__any_sync(PlanConfig::kFullMask, finer);
-    if (lane == 0) {
-      st.order[rank] = b;
-      st.b_mode[b] = static_cast<int>(owner_in && (pure || coarsest) ? TransportMode::kOwnerDirect
-                                                                     : TransportMode::kSami);
-    }
-  }
-  __syncthreads();
-  stamp(3);
-
-  // ---- stage 4: quota repair (circle method; the pairs of a phase are disjoint) -------------
-  if (B >= 2) {
-    const int seats = P + (P & 1);  // odd P: seat P is the bye
-    const int ring_size = seats - 1;
-    const int num_pairs = seats / 2;
-    // Only the warps that own pairs take part; they meet at a named barrier per phase.
-    const int repair_warps = min(num_pairs, PlanConfig::kWarps);
-    const int chunks = (B + 31) / 32;
-    const bool in_registers = chunks <= kRepairChunks;
-    SortedLane lanes[kRepairChunks];
-#pragma unroll
-    for (int k = 0; k < kRepairChunks; ++k) {
-      const int sorted = k * 32 + lane;
-      if (in_registers && sorted < B) {
-        const int b = st.order[sorted];
-        lanes[k] = {st.b_begin[b], st.b_size[b], st.b_owner[b], st.b_quota_offset[b], true};
+    for (int b = side_warp; b < B; b += kSideWarps) {
+      const int expert = st.b_expert[b];
+      const int begin = st.b_begin[b];
+      const int size = st.b_size[b];
+      const int owner = st.b_owner[b];
+      const int level = st.b_level[b];
+      const bool owner_in = owner >= begin && owner < begin + size;
+      const int entries = size + (owner_in ? 0 : 1);
+#pragma unroll 1
+      for (int i = lane; i < entries; i += 32) {
+        const int r = i < size ? begin + i : owner;
+        st.own[st.b_quota_offset[b] + i] = counts[static_cast<int64_t>(r) * E + expert];
+      }
+      int rank = 0;
+      bool impure = false;
+      bool finer = false;  // an in-group broadcast of the owner before b in (level, plan) order
+#pragma unroll 1
+      for (int b2 = lane; b2 < B; b2 += 32) {
+        const int e2 = st.b_expert[b2];
+        rank += (e2 < expert || (e2 == expert && b2 < b)) ? 1 : 0;
+        const int begin2 = st.b_begin[b2];
+        const int size2 = st.b_size[b2];
+        const bool meet = begin2 < begin + size && begin < begin2 + size2;
+        impure |= meet && (begin2 != begin || size2 != size || !st.owner_in_group(b2));
+        const int level2 = st.b_level[b2];
+        finer |= b2 != b && st.b_owner[b2] == owner && st.owner_in_group(b2) &&
+                 (level2 < level || (level2 == level && b2 < b));
+      }
+      rank = __reduce_add_sync(PlanConfig::kFullMask, rank);
+      const bool pure = !__any_sync(PlanConfig::kFullMask, impure);
+      const bool coarsest = !__any_sync(PlanConfig::kFullMask, finer);
+      if (lane == 0) {
+        st.order[rank] = b;
+        st.b_mode[b] = static_cast<int>(owner_in && (pure || coarsest) ? TransportMode::kOwnerDirect
+                                                                       : TransportMode::kSami);
       }
     }
-#pragma unroll 1
-    for (int phase = 0; phase < 2 * ring_size && warp < repair_warps; ++phase) {
-      const int rot = phase < ring_size ? phase : phase - ring_size;
-      // ring after `rot` right rotations of [1 .. seats-1]: ring[i] = 1 + (i - rot) mod n, with
-      // 0 <= i <= n and 0 <= rot < n (two conditional subtractions, no division).
-      auto ring = [&](int i) {
-        int x = i - rot + ring_size;
-        x = x >= ring_size ? x - ring_size : x;
-        x = x >= ring_size ? x - ring_size : x;
-        return 1 + x;
-      };
-#pragma unroll 1
-      for (int w = warp; w < num_pairs; w += PlanConfig::kWarps) {
-        const int a = w == 0 ? 0 : ring(w);
-        const int d = w == 0 ? ring(0) : ring(seats - 1 - w);
-        if (a >= P || d >= P) continue;
-        if (chunks == 1) {
-          trade_pair_registers<1>(st, lanes, B, a, d, lane);
-        } else if (in_registers) {
-          trade_pair_registers<kRepairChunks>(st, lanes, B, a, d, lane);
-        } else {
-          trade(st, B, a, d, lane);
-          __syncwarp();
-          trade(st, B, d, a, lane);
-        }
-      }
-      named_barrier(1, repair_warps * 32);
-    }
+    named_barrier(2, kSideWarps * 32);
+    stamp(3, 32);
+    if (B >= 2) repair(st, B, side_warp, lane);
+    stamp(4, 32);
   }
   __syncthreads();
-  stamp(4);
 
   // ---- output: quotas and rewrite tables (one warp per broadcast), invariant checks ---------
 #pragma unroll 1

@@ -359,6 +359,58 @@ __device__ __forceinline__ void trade_pair_registers(const State& st,
   }
 }
 
+// Stage 4: quota repair (DESIGN §4.4, circle method) on side warps 0 .. repair_warps - 1 (CTA
+// warps 1 ..; warp 0 colours meanwhile): one warp per pair of a phase, the pairs of a phase are
+// disjoint, and the repair warps meet at named barrier 1 after every phase.
+__device__ __forceinline__ void repair(const State& st, int B, int side_warp, int lane) {
+  constexpr int kSideWarps = PlanConfig::kWarps - 1;
+  const int P = st.P;
+  const int seats = P + (P & 1);  // odd P: seat P is the bye
+  const int ring_size = seats - 1;
+  const int num_pairs = seats / 2;
+  const int repair_warps = min(num_pairs, kSideWarps);
+  if (side_warp >= repair_warps) return;
+  const int chunks = (B + 31) / 32;
+  const bool in_registers = chunks <= kRepairChunks;
+  SortedLane lanes[kRepairChunks];
+#pragma unroll
+  for (int k = 0; k < kRepairChunks; ++k) {
+    const int sorted = k * 32 + lane;
+    if (in_registers && sorted < B) {
+      const int b = st.order[sorted];
+      lanes[k] = {st.b_begin[b], st.b_size[b], st.b_owner[b], st.b_quota_offset[b], true};
+    }
+  }
+#pragma unroll 1
+  for (int phase = 0; phase < 2 * ring_size; ++phase) {
+    const int rot = phase < ring_size ? phase : phase - ring_size;
+    // ring after `rot` right rotations of [1 .. seats-1]: ring[i] = 1 + (i - rot) mod n, with
+    // 0 <= i <= n and 0 <= rot < n (two conditional subtractions, no division).
+    auto ring = [&](int i) {
+      int x = i - rot + ring_size;
+      x = x >= ring_size ? x - ring_size : x;
+      x = x >= ring_size ? x - ring_size : x;
+      return 1 + x;
+    };
+#pragma unroll 1
+    for (int w = side_warp; w < num_pairs; w += kSideWarps) {
+      const int a = w == 0 ? 0 : ring(w);
+      const int d = w == 0 ? ring(0) : ring(seats - 1 - w);
+      if (a >= P || d >= P) continue;
+      if (chunks == 1) {
+        trade_pair_registers<1>(st, lanes, B, a, d, lane);
+      } else if (in_registers) {
+        trade_pair_registers<kRepairChunks>(st, lanes, B, a, d, lane);
+      } else {
+        trade(st, B, a, d, lane);
+        __syncwarp();
+        trade(st, B, d, a, lane);
+      }
+    }
+    named_barrier(1, repair_warps * 32);
+  }
+}
+
 }  // namespace plan_detail
 
 }  // namespace iser::cuda
