@@ -85,9 +85,8 @@ __global__ void __launch_bounds__(PlanConfig::kThreads, 1)
   const GpuPlanLayout out{P, E, st.S, p.max_broadcasts};
 
   // ---- stage 1: hist, loads, T, candidates ---------------------------------------------------
-  __shared__ unsigned long long total_routes;  // 64-bit: checked before any int32 use
+  __shared__ unsigned warp_routes[PlanConfig::kWarps];  // summed in 64 bits below
   if (tid < 8) st.scalars[tid] = 0;
-  if (tid == 0) total_routes = 0;
 #pragma unroll 1
   for (int e = tid; e < E; e += PlanConfig::kThreads) {
     st.hist[e] = 0;
@@ -110,14 +109,15 @@ __global__ void __launch_bounds__(PlanConfig::kThreads, 1)
   // fits 32 bits (with one, the plan is rejected whatever the total).
   const unsigned warp_partial =
       __reduce_add_sync(PlanConfig::kFullMask, static_cast<unsigned>(partial));
-  if (lane == 0 && warp_partial != 0) {
-    atomicAdd(&total_routes, static_cast<unsigned long long>(warp_partial));
-  }
+  if (lane == 0) warp_routes[warp] = warp_partial;
   if (__any_sync(PlanConfig::kFullMask, bad) && lane == 0) {
     atomicOr(reinterpret_cast<unsigned*>(&st.scalars[kStatusWord]), kGpuBadCounts);
   }
   __syncthreads();
   if (tid == 0) {
+    unsigned long long total_routes = 0;  // 64-bit: checked before any int32 use
+#pragma unroll
+    for (int w = 0; w < PlanConfig::kWarps; ++w) total_routes += warp_routes[w];
     if (total_routes > static_cast<unsigned long long>(P) * p.max_count) {
       atomicOr(reinterpret_cast<unsigned*>(&st.scalars[kStatusWord]), kGpuBadCounts);
     }
