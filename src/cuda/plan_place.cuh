@@ -361,6 +361,7 @@ __device__ __forceinline__ int place_ranks(const State& st, const PlanParams& p,
         latest = st.expert_broadcast[expert];
         g = choose_group_room_aware<K>(st, sums, give, latest, lane);
         if (g.level < 0) {
+          __syncwarp();  // every lane has read spent[] (write after read)
           if (lane == 0) st.spent[expert] = 1;
           __syncwarp();  // read by the next pass's expert choice
           continue;
@@ -406,6 +407,7 @@ __device__ __forceinline__ int place_ranks(const State& st, const PlanParams& p,
     const int moved = __reduce_add_sync(PlanConfig::kFullMask, my_moved);
     if (moved <= 0 || (room_aware && moved < p.min_move)) {
       if (room_aware) {
+        __syncwarp();  // every lane has read spent[] (write after read)
         if (lane == 0) st.spent[expert] = 1;
         __syncwarp();
       } else {
@@ -440,6 +442,9 @@ __device__ __forceinline__ int place_ranks(const State& st, const PlanParams& p,
         rs.load[k] -= moved;
       }
     }
+    // Room-aware: every lane has read left[] and expert_broadcast[] this pass before lane 0
+    // rewrites them (write after read).
+    if (room_aware) __syncwarp();
     if (lane == 0) {
       if (!owner_in) st.quota[offset + size] = owner_quota;
       const int b = num_broadcasts;
