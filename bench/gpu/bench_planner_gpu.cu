@@ -359,7 +359,8 @@ int main(int argc, char** argv) {
       for (const Timing* t : {&t_plan, &t_warm}) {
         std::printf(
             "       %s: plan %.2f us (in-kernel %.2f): hist+candidates %.2f, placement %.2f, "
-            "repair set-up+modes %.2f, repair %.2f (coloring beside these two), output %.2f\n",
+            "repair set-up+modes %.2f, repair %.2f (coloring: beside these two for P <= 30, "
+            "in the set-up for P > 30), output %.2f\n",
             t == &t_plan ? "L2 flushed" : "L2 warm   ", t->event_us, t->kernel_us, t->stage_us[0],
             t->stage_us[1], t->stage_us[2], t->stage_us[3], t->stage_us[4]);
       }

@@ -151,8 +151,9 @@ class GpuPlanner {
 
   // Optional profiling: CTA 0 of plan() writes kGpuPlanTimerSlots device globaltimer values (ns)
   // to this device array: start, after stage 1, after placement, after the repair set-up and
-  // transport modes, after repair (these two stamped by warp 1: warp 0 colours the slots
-  // meanwhile), end. nullptr (default) disables it.
+  // transport modes, after repair, end. For P <= 30 warp 0 colours the slots beside the set-up
+  // and repair (stamped by warp 1); for P > 30 coloring comes first and counts in the set-up.
+  // nullptr (default) disables it.
   void set_plan_timer(unsigned long long* device_timer);
 
  private:

@@ -10,11 +10,11 @@
 //                                       warp-argmax rounds
 //   2 placement (sequential passes)     warp 0, per-rank state in registers (P <= 72: <= 3
 //                                       ranks per lane); every choice a warp reduction
-//   3 slot coloring (sequential)        warp 0, used helper indices in registers, while
-//   6 transport modes, repair prep      warps 1..: one warp per broadcast, then
-//   4 quota repair                      one of warps 1.. per circle-method pair, a named
-//                                       barrier per phase; each lane holds <= 3 sorted
-//                                       broadcasts
+//   3 slot coloring (sequential)        warp 0, used helper indices in registers, while (P <=
+//                                       30; first, for P > 30)
+//   6 transport modes, repair prep      warps 1.. (all, P > 30): one warp per broadcast, then
+//   4 quota repair                      one of them per circle-method pair, a named barrier
+//                                       per phase; each lane holds <= 3 sorted broadcasts
 //   out plan words + rewrite tables     all threads
 // The broadcasts live in shared memory; quotas are stored compactly (group members, then the
 // owner when it is outside) since Σ_b |G_b| <= P·S.
@@ -194,20 +194,28 @@ __global__ void __launch_bounds__(PlanConfig::kThreads, 1)
   // ---- stage 3, slot coloring, on warp 0; beside it on warps 1.. the repair set-up, transport
   // modes (stage 6) and quota repair (stage 4). NOTE: coloring writes only b_helper and the
   // status word, which the repair never reads; both are read after the block barrier below.
-  constexpr int kSideWarps = PlanConfig::kWarps - 1;
-  if (warp == 0) {
+  // With more circle-method pairs than the 15 side warps (P > 30), a side warp would run two
+  // or three pairs per phase: there warp 0 colours first and all 16 warps repair.
+  const bool beside = (P + (P & 1)) / 2 < PlanConfig::kWarps;
+  if (!beside) {
+    if (warp == 0) color(st, B, lane);
+    __syncthreads();
+  }
+  const int first_warp = beside ? 1 : 0;
+  const int num_side_warps = PlanConfig::kWarps - first_warp;
+  if (beside && warp == 0) {
     color(st, B, lane);
   } else {
-    const int side_warp = warp - 1;
+    const int side_warp = warp - first_warp;
     if (p.iser) {  // left[] now sums each expert's quotas over its broadcasts (output check)
 #pragma unroll 1
-      for (int e = tid - 32; e < E; e += kSideWarps * 32) st.left[e] = 0;
+      for (int e = tid - 32 * first_warp; e < E; e += num_side_warps * 32) st.left[e] = 0;
     }
     // One warp per broadcast b: own routes of its hosts, then its sorted position (by expert,
     // then plan order), whether its group is pure and whether b is its owner's coarsest
     // in-group broadcast, with the lanes splitting the other broadcasts.
 #pragma unroll 1
-    for (int b = side_warp; b < B; b += kSideWarps) {
+    for (int b = side_warp; b < B; b += num_side_warps) {
       const int expert = st.b_expert[b];
       const int begin = st.b_begin[b];
       const int size = st.b_size[b];
@@ -244,10 +252,10 @@ __global__ void __launch_bounds__(PlanConfig::kThreads, 1)
                                                                        : TransportMode::kSami);
       }
     }
-    named_barrier(2, kSideWarps * 32);
-    stamp(3, 32);
-    if (B >= 2) repair(st, B, side_warp, lane);
-    stamp(4, 32);
+    named_barrier(2, num_side_warps * 32);
+    stamp(3, 32 * first_warp);
+    if (B >= 2) repair(st, B, side_warp, num_side_warps, lane);
+    stamp(4, 32 * first_warp);
   }
   __syncthreads();
 

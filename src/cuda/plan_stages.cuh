@@ -359,16 +359,17 @@ __device__ __forceinline__ void trade_pair_registers(const State& st,
   }
 }
 
-// Stage 4: quota repair (DESIGN §4.4, circle method) on side warps 0 .. repair_warps - 1 (CTA
-// warps 1 ..; warp 0 colours meanwhile): one warp per pair of a phase, the pairs of a phase are
-// disjoint, and the repair warps meet at named barrier 1 after every phase.
-__device__ __forceinline__ void repair(const State& st, int B, int side_warp, int lane) {
-  constexpr int kSideWarps = PlanConfig::kWarps - 1;
+// Stage 4: quota repair (DESIGN §4.4, circle method) on side warps 0 .. repair_warps - 1 of
+// num_side_warps (the CTA's warps 1 .. while warp 0 colours, or all of them): one warp per pair
+// of a phase (the pairs of a phase are disjoint), the repair warps meet at named barrier 1 after
+// every phase.
+__device__ __forceinline__ void repair(const State& st, int B, int side_warp, int num_side_warps,
+                                       int lane) {
   const int P = st.P;
   const int seats = P + (P & 1);  // odd P: seat P is the bye
   const int ring_size = seats - 1;
   const int num_pairs = seats / 2;
-  const int repair_warps = min(num_pairs, kSideWarps);
+  const int repair_warps = min(num_pairs, num_side_warps);
   if (side_warp >= repair_warps) return;
   const int chunks = (B + 31) / 32;
   const bool in_registers = chunks <= kRepairChunks;
@@ -393,7 +394,7 @@ __device__ __forceinline__ void repair(const State& st, int B, int side_warp, in
       return 1 + x;
     };
 #pragma unroll 1
-    for (int w = side_warp; w < num_pairs; w += kSideWarps) {
+    for (int w = side_warp; w < num_pairs; w += num_side_warps) {
       const int a = w == 0 ? 0 : ring(w);
       const int d = w == 0 ? ring(0) : ring(seats - 1 - w);
       if (a >= P || d >= P) continue;
