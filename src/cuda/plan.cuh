@@ -38,8 +38,8 @@ __global__ void __launch_bounds__(PlanConfig::kThreads, 1)
   const int lane = tid & 31;
   const int warp = tid >> 5;
   // Optional stage timestamps of CTA 0 (kGpuPlanTimerSlots globaltimer values).
-  // Stamps by thread `by` of CTA 0: thread 0 (warp 0) for the serial stages, thread 32 (warp 1)
-  // for the repair, which runs beside warp 0's coloring.
+  // Stamps by thread `by` of CTA 0: thread 0 for the serial stages; the repair set-up and the
+  // repair by the first repair warp (warp 1 when warp 0 colours beside them).
   auto stamp = [&](int slot, int by = 0) {
     if (p.timer != nullptr && blockIdx.x == 0 && tid == by) p.timer[slot] = global_timer();
   };
