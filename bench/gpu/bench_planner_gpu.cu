@@ -134,7 +134,7 @@ double median(std::vector<double> v) {
 struct Timing {
   double event_us = 0;
   double kernel_us = 0;
-  double stage_us[iser::kGpuPlanTimerSlots - 1] = {};  // stage 1, place+color, prep, repair, out
+  double stage_us[iser::kGpuPlanTimerSlots - 1] = {};  // stage 1, place, prep, repair, out
 };
 
 template <typename Enqueue>
@@ -358,8 +358,9 @@ int main(int argc, char** argv) {
                   args.check ? (ok ? "  check ok" : "  CHECK FAILED") : "");
       for (const Timing* t : {&t_plan, &t_warm}) {
         std::printf(
-            "       %s: plan %.2f us (in-kernel %.2f): hist+candidates %.2f, placement+coloring "
-            "%.2f, repair set-up+modes %.2f, repair %.2f, output %.2f\n",
+            "       %s: plan %.2f us (in-kernel %.2f): hist+candidates %.2f, placement %.2f, "
+            "repair set-up+modes %.2f, repair %.2f (coloring: beside these two for P <= 30, "
+            "in the set-up for P > 30), output %.2f\n",
             t == &t_plan ? "L2 flushed" : "L2 warm   ", t->event_us, t->kernel_us, t->stage_us[0],
             t->stage_us[1], t->stage_us[2], t->stage_us[3], t->stage_us[4]);
       }

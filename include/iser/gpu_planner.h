@@ -150,8 +150,10 @@ class GpuPlanner {
   uint32_t read_errors() const;  // synchronous (tests, tools)
 
   // Optional profiling: CTA 0 of plan() writes kGpuPlanTimerSlots device globaltimer values (ns)
-  // to this device array: start, after stage 1, after placement + coloring, after the repair
-  // set-up and transport modes, after repair, end. nullptr (default) disables it.
+  // to this device array: start, after stage 1, after placement, after the repair set-up and
+  // transport modes, after repair, end. For P <= 30 warp 0 colours the slots beside the set-up
+  // and repair (stamped by warp 1); for P > 30 coloring comes first and counts in the set-up.
+  // nullptr (default) disables it.
   void set_plan_timer(unsigned long long* device_timer);
 
  private:

@@ -193,6 +193,7 @@ GpuPlanner::GpuPlanner(const Topology& topo, int max_routes_per_rank,
     cuda::RewriteParams rewrite_params;
     rewrite_params.max_broadcasts = d.layout.max_broadcasts;
     rewrite_params.num_experts = E;
+    rewrite_params.num_ranks = P;
     d.rewrite_smem = cuda::rewrite_smem_bytes(rewrite_params);
     int device = 0;
     int smem_optin = 0;

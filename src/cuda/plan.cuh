@@ -1,20 +1,23 @@
 // HALO-Q planner kernel (DESIGN §4.1-§4.4, §4.6): the all-gathered counts [P][E] -> one plan in
 // the GpuPlanLayout, on one CTA per plan; PlanParams::iser swaps stage 2 for plan_iser's
-// placement (plan_iser.cuh), the other stages unchanged. Decisions are identical to the CPU
-// reference planner (src/core/planner): same int32 arithmetic, same ties, same pass budget.
+// placement (plan_iser.cuh), the other stages unchanged. Placement and coloring: plan_place.cuh.
+// Decisions are identical to the CPU reference planner (src/core/planner): same int32 arithmetic,
+// same ties, same pass budget.
 //
 // Stages and who runs them:
 //   1 hist, loads, T                    all threads: column sums in registers, coalesced
-//     candidates                        one warp per owner: C warp-argmax rounds
-//   2 placement (sequential passes)     warp 0: per-pass argmax and group search are warp
-//                                       reductions over the ranks (P <= 72: <= 3 per lane)
-//   3 slot coloring (sequential)        warp 0
-//   6 transport modes, repair prep      all threads
-//   4 quota repair                      one warp per circle-method pair, a named barrier per
-//                                       phase; each lane holds <= 3 sorted broadcasts
+//     candidates                        one warp per owner: one ranking pass (H <= 64) or C
+//                                       warp-argmax rounds
+//   2 placement (sequential passes)     warp 0, per-rank state in registers (P <= 72: <= 3
+//                                       ranks per lane); every choice a warp reduction
+//   3 slot coloring (sequential)        warp 0, used helper indices in registers, while (P <=
+//                                       30; first, for P > 30)
+//   6 transport modes, repair prep      warps 1.. (all, P > 30): one warp per broadcast, then
+//   4 quota repair                      one of them per circle-method pair, a named barrier
+//                                       per phase; each lane holds <= 3 sorted broadcasts
 //   out plan words + rewrite tables     all threads
-// Per-rank state and the broadcasts live in shared memory; quotas are stored compactly (group
-// members, then the owner when it is outside) since Σ_b |G_b| <= P·S.
+// The broadcasts live in shared memory; quotas are stored compactly (group members, then the
+// owner when it is outside) since Σ_b |G_b| <= P·S.
 //
 // NOTE: code size matters as much as the arithmetic: the planner runs after kernels that evict
 // L2, so every instruction line it executes for the first time is an HBM fetch. Loops that need
@@ -22,6 +25,7 @@
 #pragma once
 
 #include "cuda/plan_iser.cuh"
+#include "cuda/plan_place.cuh"
 #include "cuda/plan_stages.cuh"
 
 namespace iser::cuda {
@@ -34,9 +38,10 @@ __global__ void __launch_bounds__(PlanConfig::kThreads, 1)
   const int lane = tid & 31;
   const int warp = tid >> 5;
   // Optional stage timestamps of CTA 0 (kGpuPlanTimerSlots globaltimer values).
-  const bool timed = p.timer != nullptr && blockIdx.x == 0 && tid == 0;
-  auto stamp = [&](int slot) {
-    if (timed) p.timer[slot] = global_timer();
+  // Stamps by thread `by` of CTA 0: thread 0 for the serial stages; the repair set-up and the
+  // repair by the first repair warp (warp 1 when warp 0 colours beside them).
+  auto stamp = [&](int slot, int by = 0) {
+    if (p.timer != nullptr && blockIdx.x == 0 && tid == by) p.timer[slot] = global_timer();
   };
   stamp(0);
 
@@ -54,13 +59,6 @@ __global__ void __launch_bounds__(PlanConfig::kThreads, 1)
   st.candidates = smem + lay.candidates;
   st.load = smem + lay.load;
   st.home_load = smem + lay.home_load;
-  st.recv_used = smem + lay.recv_used;
-  st.send_used = smem + lay.send_used;
-  st.next_candidate = smem + lay.next_candidate;
-  st.frozen = smem + lay.frozen;
-  st.prefix = reinterpret_cast<uint32_t*>(smem + lay.prefix);
-  st.share = smem + lay.share;
-  st.used = reinterpret_cast<uint32_t*>(smem + lay.used);
   st.b_expert = smem + lay.b_expert;
   st.b_owner = smem + lay.b_owner;
   st.b_level = smem + lay.b_level;
@@ -72,7 +70,6 @@ __global__ void __launch_bounds__(PlanConfig::kThreads, 1)
   st.b_link = smem + lay.b_link;
   st.left = smem + lay.left;
   st.spent = smem + lay.spent;
-  st.cold_prefix = reinterpret_cast<uint32_t*>(smem + lay.cold_prefix);
   st.buffer_words = lay.buffer_words;
   st.order = smem + lay.order;
   st.quota = smem + lay.quota;
@@ -88,16 +85,8 @@ __global__ void __launch_bounds__(PlanConfig::kThreads, 1)
   const GpuPlanLayout out{P, E, st.S, p.max_broadcasts};
 
   // ---- stage 1: hist, loads, T, candidates ---------------------------------------------------
-  __shared__ unsigned long long total_routes;  // 64-bit: checked before any int32 use
+  __shared__ unsigned warp_routes[PlanConfig::kWarps];  // summed in 64 bits below
   if (tid < 8) st.scalars[tid] = 0;
-  if (tid == 0) total_routes = 0;
-#pragma unroll 1
-  for (int r = tid; r < P; r += PlanConfig::kThreads) {
-    st.recv_used[r] = 0;
-    st.send_used[r] = 0;
-    st.next_candidate[r] = 0;
-    st.frozen[r] = 0;
-  }
 #pragma unroll 1
   for (int e = tid; e < E; e += PlanConfig::kThreads) {
     st.hist[e] = 0;
@@ -120,21 +109,26 @@ __global__ void __launch_bounds__(PlanConfig::kThreads, 1)
   // fits 32 bits (with one, the plan is rejected whatever the total).
   const unsigned warp_partial =
       __reduce_add_sync(PlanConfig::kFullMask, static_cast<unsigned>(partial));
-  if (lane == 0 && warp_partial != 0) {
-    atomicAdd(&total_routes, static_cast<unsigned long long>(warp_partial));
+  if (lane == 0) warp_routes[warp] = warp_partial;
+  if (__any_sync(PlanConfig::kFullMask, bad) && lane == 0) {
+    atomicOr(reinterpret_cast<unsigned*>(&st.scalars[kStatusWord]), kGpuBadCounts);
   }
   __syncthreads();
-  bad |= total_routes > static_cast<unsigned long long>(P) * p.max_count;
-  if (__syncthreads_or(bad)) {
-    if (tid == 0) st.scalars[kStatusWord] = kGpuBadCounts;
-  }
   if (tid == 0) {
+    unsigned long long total_routes = 0;  // 64-bit: checked before any int32 use
+#pragma unroll
+    for (int w = 0; w < PlanConfig::kWarps; ++w) total_routes += warp_routes[w];
+    if (total_routes > static_cast<unsigned long long>(P) * p.max_count) {
+      atomicOr(reinterpret_cast<unsigned*>(&st.scalars[kStatusWord]), kGpuBadCounts);
+    }
     const int total = static_cast<int>(total_routes);
     st.scalars[kTotalWord] = total;
     st.scalars[kTargetWord] = total / P + (total % P != 0 ? 1 : 0);
   }
   // Per owner (one warp each): its home load, and its candidates = its first C home experts by
-  // (hist desc, id asc), found by C warp-argmax rounds, each the best below the previous pick.
+  // (hist desc, id asc). H <= 64: each lane ranks its (at most two) experts against all H in one
+  // pass (ranks are a permutation, so ranks 0 .. C-1 fill every slot); otherwise C warp-argmax
+  // rounds, each the best below the previous pick. hist >= 0 whenever the plan is used.
 #pragma unroll 1
   for (int o = warp; o < P; o += PlanConfig::kWarps) {
     const int32_t* home = st.hist + o * H;
@@ -146,7 +140,24 @@ __global__ void __launch_bounds__(PlanConfig::kThreads, 1)
       st.load[o] = sum;
       st.home_load[o] = sum;
     }
-    unsigned prev_h = 0xffffffffu;  // hist >= 0 whenever the plan is used
+    if (H <= 64) {
+      const int i0 = lane;
+      const int i1 = lane + 32;
+      const unsigned h0 = i0 < H ? static_cast<unsigned>(home[i0]) : 0u;
+      const unsigned h1 = i1 < H ? static_cast<unsigned>(home[i1]) : 0u;
+      int rank0 = 0;
+      int rank1 = 0;
+#pragma unroll 4
+      for (int j = 0; j < H; ++j) {
+        const unsigned h = static_cast<unsigned>(home[j]);
+        rank0 += h > h0 || (h == h0 && j < i0) ? 1 : 0;
+        rank1 += h > h1 || (h == h1 && j < i1) ? 1 : 0;
+      }
+      if (i0 < H && rank0 < C) st.candidates[o * C + rank0] = o * H + i0;
+      if (i1 < H && rank1 < C) st.candidates[o * C + rank1] = o * H + i1;
+      continue;
+    }
+    unsigned prev_h = 0xffffffffu;
     int prev_i = -1;
 #pragma unroll 1
     for (int c = 0; c < C; ++c) {
@@ -168,12 +179,11 @@ __global__ void __launch_bounds__(PlanConfig::kThreads, 1)
   const int T = st.scalars[kTargetWord];
   stamp(1);
 
-  // ---- stages 2 and 3: placement and coloring (warp 0) ---------------------------------------
+  // ---- stage 2: placement (warp 0) -----------------------------------------------------------
   if (warp == 0) {
     int num_broadcasts = 0;
     if (st.scalars[kStatusWord] == 0) {
-      num_broadcasts = p.iser ? place_iser(st, p, T, lane) : place(st, p, T, lane);
-      color(st, num_broadcasts, lane);
+      num_broadcasts = p.iser ? place_iser(st, p, T, lane) : place_halo_q(st, p, T, lane);
     }
     if (lane == 0) st.scalars[kNumBroadcastsWord] = num_broadcasts;
   }
@@ -181,99 +191,73 @@ __global__ void __launch_bounds__(PlanConfig::kThreads, 1)
   const int B = st.scalars[kNumBroadcastsWord];
   stamp(2);
 
-  // ---- repair prep and stage 6 (transport modes), all threads --------------------------------
-  if (p.iser) {  // left[] now sums each expert's quotas over its broadcasts (output check)
-#pragma unroll 1
-    for (int e = tid; e < E; e += PlanConfig::kThreads) st.left[e] = 0;
+  // ---- stage 3, slot coloring, on warp 0; beside it on warps 1.. the repair set-up, transport
+  // modes (stage 6) and quota repair (stage 4). NOTE: coloring writes only b_helper and the
+  // status word, which the repair never reads; both are read after the block barrier below.
+  // With more circle-method pairs than the 15 side warps (P > 30), a side warp would run two
+  // or three pairs per phase: there warp 0 colours first and all 16 warps repair.
+  const bool beside = (P + (P & 1)) / 2 < PlanConfig::kWarps;
+  if (!beside) {
+    if (warp == 0) color(st, B, lane);
+    __syncthreads();
   }
+  const int first_warp = beside ? 1 : 0;
+  const int num_side_warps = PlanConfig::kWarps - first_warp;
+  if (beside && warp == 0) {
+    color(st, B, lane);
+  } else {
+    const int side_warp = warp - first_warp;
+    if (p.iser) {  // left[] now sums each expert's quotas over its broadcasts (output check)
 #pragma unroll 1
-  for (int b = warp; b < B; b += PlanConfig::kWarps) {
-    const int entries = st.b_size[b] + (st.owner_in_group(b) ? 0 : 1);
-#pragma unroll 1
-    for (int i = lane; i < entries; i += 32) {
-      const int r = i < st.b_size[b] ? st.b_begin[b] + i : st.b_owner[b];
-      st.own[st.b_quota_offset[b] + i] = counts[static_cast<int64_t>(r) * E + st.b_expert[b]];
+      for (int e = tid - 32 * first_warp; e < E; e += num_side_warps * 32) st.left[e] = 0;
     }
-  }
+    // One warp per broadcast b: own routes of its hosts, then its sorted position (by expert,
+    // then plan order), whether its group is pure and whether b is its owner's coarsest
+    // in-group broadcast, with the lanes splitting the other broadcasts.
 #pragma unroll 1
-  for (int b = tid; b < B; b += PlanConfig::kThreads) {
-    const int expert = st.b_expert[b];
-    const int begin = st.b_begin[b];
-    const int size = st.b_size[b];
-    const int owner = st.b_owner[b];
-    const bool owner_in = st.owner_in_group(b);
-    int rank = 0;
-    bool pure = true;
-    bool coarsest = true;
+    for (int b = side_warp; b < B; b += num_side_warps) {
+      const int expert = st.b_expert[b];
+      const int begin = st.b_begin[b];
+      const int size = st.b_size[b];
+      const int owner = st.b_owner[b];
+      const int level = st.b_level[b];
+      const bool owner_in = owner >= begin && owner < begin + size;
+      const int entries = size + (owner_in ? 0 : 1);
 #pragma unroll 1
-    for (int b2 = 0; b2 < B; ++b2) {
-      const int e2 = st.b_expert[b2];
-      rank += (e2 < expert || (e2 == expert && b2 < b)) ? 1 : 0;
-      const int begin2 = st.b_begin[b2];
-      const int size2 = st.b_size[b2];
-      const bool meet = begin2 < begin + size && begin < begin2 + size2;
-      if (meet && (begin2 != begin || size2 != size || !st.owner_in_group(b2))) pure = false;
-      if (b2 != b && st.b_owner[b2] == owner && st.owner_in_group(b2) &&
-          (st.b_level[b2] < st.b_level[b] || (st.b_level[b2] == st.b_level[b] && b2 < b))) {
-        coarsest = false;
+      for (int i = lane; i < entries; i += 32) {
+        const int r = i < size ? begin + i : owner;
+        st.own[st.b_quota_offset[b] + i] = counts[static_cast<int64_t>(r) * E + expert];
+      }
+      int rank = 0;
+      bool impure = false;
+      bool finer = false;  // an in-group broadcast of the owner before b in (level, plan) order
+#pragma unroll 1
+      for (int b2 = lane; b2 < B; b2 += 32) {
+        const int e2 = st.b_expert[b2];
+        rank += (e2 < expert || (e2 == expert && b2 < b)) ? 1 : 0;
+        const int begin2 = st.b_begin[b2];
+        const int size2 = st.b_size[b2];
+        const bool meet = begin2 < begin + size && begin < begin2 + size2;
+        impure |= meet && (begin2 != begin || size2 != size || !st.owner_in_group(b2));
+        const int level2 = st.b_level[b2];
+        finer |= b2 != b && st.b_owner[b2] == owner && st.owner_in_group(b2) &&
+                 (level2 < level || (level2 == level && b2 < b));
+      }
+      rank = __reduce_add_sync(PlanConfig::kFullMask, rank);
+      const bool pure = !__any_sync(PlanConfig::kFullMask, impure);
+      const bool coarsest = !__any_sync(PlanConfig::kFullMask, finer);
+      if (lane == 0) {
+        st.order[rank] = b;
+        st.b_mode[b] = static_cast<int>(owner_in && (pure || coarsest) ? TransportMode::kOwnerDirect
+                                                                       : TransportMode::kSami);
       }
     }
-    st.order[rank] = b;
-    st.b_mode[b] = static_cast<int>(owner_in && (pure || coarsest) ? TransportMode::kOwnerDirect
-                                                                   : TransportMode::kSami);
+    named_barrier(2, num_side_warps * 32);
+    stamp(3, 32 * first_warp);
+    if (B >= 2) repair(st, B, side_warp, num_side_warps, lane);
+    stamp(4, 32 * first_warp);
   }
   __syncthreads();
-  stamp(3);
-
-  // ---- stage 4: quota repair (circle method; the pairs of a phase are disjoint) -------------
-  if (B >= 2) {
-    const int seats = P + (P & 1);  // odd P: seat P is the bye
-    const int ring_size = seats - 1;
-    const int num_pairs = seats / 2;
-    // Only the warps that own pairs take part; they meet at a named barrier per phase.
-    const int repair_warps = min(num_pairs, PlanConfig::kWarps);
-    const int chunks = (B + 31) / 32;
-    const bool in_registers = chunks <= kRepairChunks;
-    SortedLane lanes[kRepairChunks];
-#pragma unroll
-    for (int k = 0; k < kRepairChunks; ++k) {
-      const int sorted = k * 32 + lane;
-      if (in_registers && sorted < B) {
-        const int b = st.order[sorted];
-        lanes[k] = {st.b_begin[b], st.b_size[b], st.b_owner[b], st.b_quota_offset[b], true};
-      }
-    }
-#pragma unroll 1
-    for (int phase = 0; phase < 2 * ring_size && warp < repair_warps; ++phase) {
-      const int rot = phase < ring_size ? phase : phase - ring_size;
-      // ring after `rot` right rotations of [1 .. seats-1]: ring[i] = 1 + (i - rot) mod n, with
-      // 0 <= i <= n and 0 <= rot < n (two conditional subtractions, no division).
-      auto ring = [&](int i) {
-        int x = i - rot + ring_size;
-        x = x >= ring_size ? x - ring_size : x;
-        x = x >= ring_size ? x - ring_size : x;
-        return 1 + x;
-      };
-#pragma unroll 1
-      for (int w = warp; w < num_pairs; w += PlanConfig::kWarps) {
-        const int a = w == 0 ? 0 : ring(w);
-        const int d = w == 0 ? ring(0) : ring(seats - 1 - w);
-        if (a >= P || d >= P) continue;
-        if (chunks == 1) {
-          trade_pair_registers<1>(st, lanes, a, d, lane);
-        } else if (in_registers) {
-          trade_pair_registers<kRepairChunks>(st, lanes, a, d, lane);
-        } else {
-          trade(st, B, a, d, lane);
-          __syncwarp();
-          trade(st, B, d, a, lane);
-        }
-      }
-      named_barrier(1, repair_warps * 32);
-    }
-  }
-  __syncthreads();
-  stamp(4);
 
   // ---- output: quotas and rewrite tables (one warp per broadcast), invariant checks ---------
 #pragma unroll 1
@@ -297,8 +281,8 @@ __global__ void __launch_bounds__(PlanConfig::kThreads, 1)
       const int diag = min(c, q);
       const int supply = c - diag;
       const int demand = q - diag;
-      const int supply_incl = warp_inclusive_scan(supply, lane);
-      const int demand_incl = warp_inclusive_scan(demand, lane);
+      const int supply_incl = warp_inclusive_scan(supply, lane, P - base);
+      const int demand_incl = warp_inclusive_scan(demand, lane, P - base);
       if (r < P) {
         const int64_t at = static_cast<int64_t>(b) * P + r;
         plan[out.quotas() + at] = q;

@@ -1,6 +1,7 @@
 // Device stages of the HALO-Q planner kernel (plan.cuh): configuration, the shared-memory layout,
-// per-rank state and stages 1-4 (hist and candidates, placement, coloring, quota repair). Split
-// from the kernel entry only to keep files short; see plan.cuh for the stage map and NOTEs.
+// the views of it and stages 1 and 4 (column sums, quota repair); placement and coloring are in
+// plan_place.cuh. Split from the kernel entry only to keep files short; see plan.cuh for the
+// stage map and NOTEs.
 #pragma once
 
 #include <cstdint>
@@ -22,10 +23,9 @@ struct PlanConfig {
 // buffer_words words; iser plans up to three candidates in two such blocks (the kept one and the
 // challenger), so a second block follows the first.
 struct PlanSmem {
-  int hist, candidates, home_load, recv_used, send_used, next_candidate, frozen, prefix, share,
-      used, load, expert_broadcast, b_expert, b_owner, b_level, b_begin, b_size, b_helper, b_mode,
-      b_quota_offset, b_link, quota, buffer_words, order, own, left, spent, cold_prefix, scalars,
-      total;
+  int hist, candidates, home_load, load, expert_broadcast, b_expert, b_owner, b_level, b_begin,
+      b_size, b_helper, b_mode, b_quota_offset, b_link, quota, buffer_words, order, own, left,
+      spent, scalars, total;
 
   static PlanSmem make(int P, int E, int C, int max_broadcasts, int S, bool iser = false) {
     PlanSmem s{};
@@ -39,13 +39,6 @@ struct PlanSmem {
     s.hist = take(E);
     s.candidates = take(P * C);
     s.home_load = take(P);
-    s.recv_used = take(P);
-    s.send_used = take(P);
-    s.next_candidate = take(P);
-    s.frozen = take(P);
-    s.prefix = take(P + 1);
-    s.share = take(P);
-    s.used = take(P);
     // ---- one candidate placement (State::use_buffer) ----
     const int buffer_begin = at;
     s.load = take(P);
@@ -66,9 +59,8 @@ struct PlanSmem {
     if (iser) take(s.buffer_words);  // the second candidate block
     s.order = take(max_broadcasts);
     s.own = take(quota_cap);
-    s.left = take(iser ? E : 0);             // iser: routes of each expert its owner still computes
-    s.spent = take(iser ? E : 0);            // iser: expert found no room (skipped for this owner)
-    s.cold_prefix = take(iser ? P + 1 : 0);  // iser: prefix of cold ranks (load < water)
+    s.left = take(iser ? E : 0);   // iser: routes of each expert its owner still computes
+    s.spent = take(iser ? E : 0);  // iser: expert found no room (skipped for this owner)
     s.scalars = take(8);
     s.total = at;
     return s;
@@ -89,9 +81,11 @@ __device__ __forceinline__ void named_barrier(int id, int num_threads) {
   asm volatile("bar.sync %0, %1;" ::"r"(id), "r"(num_threads) : "memory");
 }
 
-__device__ __forceinline__ int warp_inclusive_scan(int v, int lane) {
+// Inclusive scan over the lanes; only lanes [0, num_items) need to be exact.
+__device__ __forceinline__ int warp_inclusive_scan(int v, int lane, int num_items = 32) {
 #pragma unroll
   for (int d = 1; d < 32; d <<= 1) {
+    if (d >= num_items) break;
     const int n = __shfl_up_sync(PlanConfig::kFullMask, v, d);
     if (lane >= d) v += n;
   }
@@ -106,7 +100,7 @@ __device__ __forceinline__ void column_sums(const int32_t* counts, int P, int E,
   constexpr int kVec = sizeof(V) / sizeof(int32_t);
   const int cols = E / kVec;
   const int slices = max(1, PlanConfig::kThreads / cols);
-  constexpr int kUnroll = kVec == 4 ? 4 : 1;  // loads in flight on the fast path only
+  constexpr int kUnroll = kVec == 4 ? 8 : 1;  // loads in flight on the fast path only
   const V* base = reinterpret_cast<const V*>(counts);
 #pragma unroll 1
   for (int w = tid; w < slices * cols; w += PlanConfig::kThreads) {
@@ -138,13 +132,6 @@ struct State {
   int32_t* candidates;
   int32_t* load;
   int32_t* home_load;
-  int32_t* recv_used;
-  int32_t* send_used;
-  int32_t* next_candidate;
-  int32_t* frozen;
-  uint32_t* prefix;  // packed (room << 7) | ineligible, inclusive prefix over ranks
-  int32_t* share;    // placement scratch: the quota of each group member in this pass
-  uint32_t* used;    // helper indices in use per rank (coloring)
   int32_t* b_expert;
   int32_t* b_owner;
   int32_t* b_level;
@@ -158,9 +145,8 @@ struct State {
   int32_t* quota;  // compact: members of the group, then the owner when outside it
   int32_t* own;    // c[r][e_b] per compact entry
   int32_t* scalars;
-  int32_t* left;          // iser: [E] routes the owner still computes
-  int32_t* spent;         // iser: [E] 1 when no group had room for the expert
-  uint32_t* cold_prefix;  // iser: [P + 1] inclusive prefix of cold ranks
+  int32_t* left;   // iser: [E] routes the owner still computes
+  int32_t* spent;  // iser: [E] 1 when no group had room for the expert
   int buffer_words;
 
   // Moves the views of one candidate placement's arrays (loads, broadcasts, quotas) by `delta`
@@ -194,260 +180,6 @@ struct State {
     return o >= b_begin[b] && o < b_begin[b] + b_size[b];
   }
 };
-
-// Stage 2: packed inclusive prefix over ranks of room = max(0, T - L) (owner excluded) and of
-// "no free helper slot" into prefix[1..P]; Σ room <= P * T < 2^25 and Σ flags <= 72 < 2^7, so it
-// fits 32 bits. The K chunks of 32 ranks are scanned together (one scan's latency).
-template <int K>
-__device__ __forceinline__ void room_prefix(const State& st, int o, int T, int lane) {
-  unsigned v[K];
-#pragma unroll
-  for (int k = 0; k < K; ++k) {
-    const int r = 32 * k + lane;
-    v[k] = 0;
-    if (r < st.P) {
-      const int l = st.load[r];
-      const unsigned room = (r != o && l < T) ? static_cast<unsigned>(T - l) : 0u;
-      v[k] = (room << 7) | (st.recv_used[r] >= st.S ? 1u : 0u);
-    }
-  }
-#pragma unroll
-  for (int d = 1; d < 32; d <<= 1) {
-#pragma unroll
-    for (int k = 0; k < K; ++k) {
-      const unsigned n = __shfl_up_sync(PlanConfig::kFullMask, v[k], d);
-      if (lane >= d) v[k] += n;
-    }
-  }
-  unsigned carry = 0;
-#pragma unroll
-  for (int k = 0; k < K; ++k) {
-    const int r = 32 * k + lane;
-    if (r < st.P) st.prefix[r + 1] = carry + v[k];
-    if (k + 1 < K) carry += __shfl_sync(PlanConfig::kFullMask, v[k], 31);
-  }
-}
-
-struct GroupChoice {
-  int level = -1;
-  int begin = 0;
-};
-
-// Stage 2 group search for owner o (warp 0). Reference: the finest level <= wanted (group size
-// * T >= mass) whose best eligible group has room > 0; best = most room, ties lowest begin.
-// absorb: a level is taken at once only if its best room >= give, otherwise the group with the
-// most room over all levels (ties: the finer level, then the lowest begin) if room > 0.
-__device__ GroupChoice choose_group(const State& st, const PlanParams& p, int o, int T, int mass,
-                                    int give, int lane) {
-  const int P = st.P;
-  if (lane == 0) st.prefix[0] = 0;
-  if (P <= 32) {
-    room_prefix<1>(st, o, T, lane);
-  } else {
-    room_prefix<PlanConfig::kRankChunks>(st, o, T, lane);
-  }
-  __syncwarp();
-
-  const long long per_member = T > 1 ? T : 1;
-  const int num_flat = (1 << st.num_levels) - 1;
-  // One evaluation of every group (flat index f = 2^level - 1 + group index, <= 4 per lane) and
-  // two lexicographic warp maxima, each as a (hi, lo) pair of 32-bit reductions:
-  //   accepted (room > 0, and room >= give under absorb): (level + 1, room, -group)
-  //   absorb fallback (room > 0):                          (room, level, -group)
-  unsigned acc_hi = 0, acc_lo = 0, any_hi = 0, any_lo = 0;
-#pragma unroll 1
-  for (int f = lane; f < num_flat; f += 32) {
-    const int level = 31 - __clz(f + 1);
-    const int group = f + 1 - (1 << level);
-    const int size = P >> level;
-    const int begin = group * size;
-    if (static_cast<long long>(size) * per_member < mass) continue;  // finer than wanted
-    if (p.owner_in_group && (o < begin || o >= begin + size)) continue;
-    const unsigned sum = st.prefix[begin + size] - st.prefix[begin];
-    if ((sum & 127u) != 0) continue;  // a member has no free helper slot
-    const unsigned room = sum >> 7;
-    if (room == 0) continue;
-    const unsigned tie = 127u - static_cast<unsigned>(group);
-    if (!p.absorb || room >= static_cast<unsigned>(give)) {
-      const unsigned hi = static_cast<unsigned>(level + 1);
-      const unsigned lo = (room << 7) | tie;
-      if (hi > acc_hi || (hi == acc_hi && lo > acc_lo)) acc_hi = hi, acc_lo = lo;
-    }
-    const unsigned lo = (static_cast<unsigned>(level) << 7) | tie;
-    if (room > any_hi || (room == any_hi && lo > any_lo)) any_hi = room, any_lo = lo;
-  }
-  GroupChoice choice;
-  const unsigned best_level = __reduce_max_sync(PlanConfig::kFullMask, acc_hi);
-  if (best_level > 0) {
-    const unsigned key =
-        __reduce_max_sync(PlanConfig::kFullMask, acc_hi == best_level ? acc_lo : 0u);
-    choice.level = static_cast<int>(best_level) - 1;
-    choice.begin = (127 - static_cast<int>(key & 127u)) * (P >> choice.level);
-    return choice;
-  }
-  if (!p.absorb) return choice;
-  const unsigned best_room = __reduce_max_sync(PlanConfig::kFullMask, any_hi);
-  if (best_room == 0) return choice;
-  const unsigned key = __reduce_max_sync(PlanConfig::kFullMask, any_hi == best_room ? any_lo : 0u);
-  choice.level = static_cast<int>(key >> 7);
-  choice.begin = (127 - static_cast<int>(key & 127u)) * (P >> choice.level);
-  return choice;
-}
-
-// Stage 2: placement (warp 0). Returns the number of broadcasts; sets status bits on overflow.
-__device__ int place(const State& st, const PlanParams& p, int T, int lane) {
-  const int P = st.P;
-  const int S = st.S;
-  const int C = st.C;
-  int num_broadcasts = 0;
-  int quota_used = 0;
-  const int max_passes = P * (C + 2);
-  for (int pass = 0; pass < max_passes; ++pass) {
-    __syncwarp();
-    // Owner: the non-frozen rank with the largest L above T, ties to the lowest rank. L < 2^25.
-    unsigned key = 0;
-#pragma unroll 1
-    for (int r = lane; r < P; r += 32) {
-      const int l = st.load[r];
-      if (!st.frozen[r] && l > T) key = max(key, (static_cast<unsigned>(l) << 7) | (127u - r));
-    }
-    key = __reduce_max_sync(PlanConfig::kFullMask, key);
-    if (key == 0) break;
-    const int o = 127 - static_cast<int>(key & 127u);
-    const int load_o = static_cast<int>(key >> 7);
-    const int cursor = st.next_candidate[o];
-    bool freeze = st.send_used[o] >= S || cursor >= C;
-    int expert = -1;
-    int mass = 0;
-    int give = 0;
-    if (!freeze) {
-      expert = st.candidates[o * C + cursor];
-      mass = st.hist[expert];
-      __syncwarp();
-      if (lane == 0) st.next_candidate[o] = cursor + 1;  // advances even if this attempt fails
-      give = min(load_o - T, mass);
-      freeze = mass == 0 || give <= 0;
-    }
-    GroupChoice g;
-    if (!freeze) {
-      g = choose_group(st, p, o, T, mass, give, lane);
-      freeze = g.level < 0;
-    }
-    if (freeze) {
-      __syncwarp();
-      if (lane == 0) st.frozen[o] = 1;
-      continue;
-    }
-
-    // Quotas: members other than the owner, coldest first by (L, rank) before this step, each
-    // take min(T - L, what is left of give). Member i's share = clamp(give - Σ caps of the
-    // members colder than it, 0, its cap).
-    const int size = P >> g.level;
-    int moved = 0;
-#pragma unroll 1
-    for (int i = lane; i < size; i += 32) {
-      const int m = g.begin + i;
-      const int lm = st.load[m];
-      int take = 0;
-      if (m != o && lm < T) {
-        int before = 0;
-#pragma unroll 4
-        for (int j = 0; j < size; ++j) {
-          const int m2 = g.begin + j;
-          const int l2 = st.load[m2];
-          if (m2 != o && l2 < T && (l2 < lm || (l2 == lm && m2 < m))) before += T - l2;
-        }
-        take = min(T - lm, max(0, give - before));
-      }
-      st.share[i] = take;
-      moved += take;
-    }
-    moved = __reduce_add_sync(PlanConfig::kFullMask, moved);
-    if (moved <= 0) {
-      __syncwarp();
-      if (lane == 0) st.frozen[o] = 1;
-      continue;
-    }
-    if (moved < p.min_move) continue;  // variant: skipped, not frozen (cursor has advanced)
-
-    const bool owner_in = o >= g.begin && o < g.begin + size;
-    const int entries = size + (owner_in ? 0 : 1);
-    if (num_broadcasts >= st.max_broadcasts || quota_used + entries > st.quota_cap) {
-      if (lane == 0)
-        atomicOr(reinterpret_cast<unsigned*>(&st.scalars[kStatusWord]), kGpuPlanOverflow);
-      break;
-    }
-    const int offset = quota_used;
-    __syncwarp();
-#pragma unroll 1
-    for (int i = lane; i < size; i += 32) {  // each lane reads back only its own shares
-      const int m = g.begin + i;
-      const int take = st.share[i];
-      st.quota[offset + i] = m == o ? mass - moved : take;
-      st.recv_used[m] += 1;
-      if (m != o) st.load[m] += take;  // lane 0 updates the owner below
-    }
-    if (lane == 0) {
-      if (!owner_in) st.quota[offset + size] = mass - moved;
-      st.send_used[o] += 1;
-      st.load[o] -= moved;
-      const int b = num_broadcasts;
-      st.b_expert[b] = expert;
-      st.b_owner[b] = o;
-      st.b_level[b] = g.level;
-      st.b_begin[b] = g.begin;
-      st.b_size[b] = size;
-      st.b_quota_offset[b] = offset;
-      st.expert_broadcast[expert] = b;
-    }
-    ++num_broadcasts;
-    quota_used += entries;
-  }
-  __syncwarp();
-  return num_broadcasts;
-}
-
-// Stage 3: slot coloring (warp 0): levels coarse to fine, plan order within a level, the
-// smallest helper index free on every member. NOTE: aligned groups nest, so when every rank is
-// in at most S groups a free index always exists; a failure is an internal error.
-__device__ void color(const State& st, int num_broadcasts, int lane) {
-#pragma unroll 1
-  for (int r = lane; r < st.P; r += 32) st.used[r] = 0;
-  __syncwarp();
-  const unsigned all = (1u << st.S) - 1u;
-#pragma unroll 1
-  for (int level = 0; level < st.num_levels; ++level) {
-#pragma unroll 1
-    for (int base = 0; base < num_broadcasts; base += 32) {
-      const int k = base + lane;
-      unsigned pending =
-          __ballot_sync(PlanConfig::kFullMask, k < num_broadcasts && st.b_level[k] == level);
-      while (pending != 0) {
-        const int b = base + __ffs(pending) - 1;
-        pending &= pending - 1;
-        const int begin = st.b_begin[b];
-        const int size = st.b_size[b];
-        unsigned mask = 0;
-#pragma unroll 1
-        for (int i = lane; i < size; i += 32) mask |= st.used[begin + i];
-        mask = __reduce_or_sync(PlanConfig::kFullMask, mask);
-        const unsigned free = ~mask & all;
-        int h = 0;
-        if (free == 0) {
-          if (lane == 0)
-            atomicOr(reinterpret_cast<unsigned*>(&st.scalars[kStatusWord]), kGpuColoringFailed);
-        } else {
-          h = __ffs(free) - 1;
-        }
-        __syncwarp();
-#pragma unroll 1
-        for (int i = lane; i < size; i += 32) st.used[begin + i] |= 1u << h;
-        if (lane == 0) st.b_helper[b] = h;
-        __syncwarp();
-      }
-    }
-  }
-}
 
 // Stage 4, one trade (one warp): receiver a takes spare quota of donor d for its own routes and
 // releases as much of its own spare quota to d, over the broadcasts both host, in expert order.
@@ -529,7 +261,8 @@ struct SortedLane {
 // 2K scans are independent (interleaved: one scan's latency, not 2K).
 template <int K>
 __device__ __forceinline__ void trade_one_way(const int (&c_r)[K], int (&q_r)[K],
-                                              const int (&c_d)[K], int (&q_d)[K], int lane) {
+                                              const int (&c_d)[K], int (&q_d)[K], int num_items,
+                                              int lane) {
   int pull[K];
   int give[K];
   int my_pull = 0;
@@ -555,6 +288,7 @@ __device__ __forceinline__ void trade_one_way(const int (&c_r)[K], int (&q_r)[K]
     }
 #pragma unroll
     for (int d = 1; d < 32; d <<= 1) {
+      if (K == 1 && d >= num_items) break;  // items sit in lanes [0, num_items)
 #pragma unroll
       for (int k = 0; k < K; ++k) {
         const int np = __shfl_up_sync(PlanConfig::kFullMask, pull_incl[k], d);
@@ -590,7 +324,7 @@ __device__ __forceinline__ void trade_one_way(const int (&c_r)[K], int (&q_r)[K]
 template <int K>
 __device__ __forceinline__ void trade_pair_registers(const State& st,
                                                      const SortedLane (&lanes)[kRepairChunks],
-                                                     int a, int d, int lane) {
+                                                     int num_broadcasts, int a, int d, int lane) {
   static_assert(K <= kRepairChunks);
   int ia[K], id[K];
   int ca[K], qa[K], cd[K], qd[K];
@@ -614,14 +348,67 @@ __device__ __forceinline__ void trade_pair_registers(const State& st,
   int qa0[K];
 #pragma unroll
   for (int k = 0; k < K; ++k) qa0[k] = qa[k];
-  trade_one_way(ca, qa, cd, qd, lane);  // receiver a, donor d
-  trade_one_way(cd, qd, ca, qa, lane);  // receiver d, donor a
+  trade_one_way(ca, qa, cd, qd, num_broadcasts, lane);  // receiver a, donor d
+  trade_one_way(cd, qd, ca, qa, num_broadcasts, lane);  // receiver d, donor a
 #pragma unroll
   for (int k = 0; k < K; ++k) {
     if (ia[k] >= 0 && qa[k] != qa0[k]) {  // a pair's quotas change together (sum is kept)
       st.quota[ia[k]] = qa[k];
       st.quota[id[k]] = qd[k];
     }
+  }
+}
+
+// Stage 4: quota repair (DESIGN §4.4, circle method) on side warps 0 .. repair_warps - 1 of
+// num_side_warps (the CTA's warps 1 .. while warp 0 colours, or all of them): one warp per pair
+// of a phase (the pairs of a phase are disjoint), the repair warps meet at named barrier 1 after
+// every phase.
+__device__ __forceinline__ void repair(const State& st, int B, int side_warp, int num_side_warps,
+                                       int lane) {
+  const int P = st.P;
+  const int seats = P + (P & 1);  // odd P: seat P is the bye
+  const int ring_size = seats - 1;
+  const int num_pairs = seats / 2;
+  const int repair_warps = min(num_pairs, num_side_warps);
+  if (side_warp >= repair_warps) return;
+  const int chunks = (B + 31) / 32;
+  const bool in_registers = chunks <= kRepairChunks;
+  SortedLane lanes[kRepairChunks];
+#pragma unroll
+  for (int k = 0; k < kRepairChunks; ++k) {
+    const int sorted = k * 32 + lane;
+    if (in_registers && sorted < B) {
+      const int b = st.order[sorted];
+      lanes[k] = {st.b_begin[b], st.b_size[b], st.b_owner[b], st.b_quota_offset[b], true};
+    }
+  }
+#pragma unroll 1
+  for (int phase = 0; phase < 2 * ring_size; ++phase) {
+    const int rot = phase < ring_size ? phase : phase - ring_size;
+    // ring after `rot` right rotations of [1 .. seats-1]: ring[i] = 1 + (i - rot) mod n, with
+    // 0 <= i <= n and 0 <= rot < n (two conditional subtractions, no division).
+    auto ring = [&](int i) {
+      int x = i - rot + ring_size;
+      x = x >= ring_size ? x - ring_size : x;
+      x = x >= ring_size ? x - ring_size : x;
+      return 1 + x;
+    };
+#pragma unroll 1
+    for (int w = side_warp; w < num_pairs; w += num_side_warps) {
+      const int a = w == 0 ? 0 : ring(w);
+      const int d = w == 0 ? ring(0) : ring(seats - 1 - w);
+      if (a >= P || d >= P) continue;
+      if (chunks == 1) {
+        trade_pair_registers<1>(st, lanes, B, a, d, lane);
+      } else if (in_registers) {
+        trade_pair_registers<kRepairChunks>(st, lanes, B, a, d, lane);
+      } else {
+        trade(st, B, a, d, lane);
+        __syncwarp();
+        trade(st, B, d, a, lane);
+      }
+    }
+    named_barrier(1, repair_warps * 32);
   }
 }
 

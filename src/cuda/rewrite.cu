@@ -7,7 +7,8 @@ namespace iser::cuda {
 
 int rewrite_smem_bytes(const RewriteParams& params) {
   return static_cast<int>(sizeof(int32_t)) *
-         rewrite_detail::rewrite_smem_words(params.num_experts, params.max_broadcasts);
+         rewrite_detail::rewrite_smem_words(params.num_experts, params.max_broadcasts,
+                                            params.num_ranks);
 }
 
 int prepare_rewrite_kernel(int smem_bytes) {

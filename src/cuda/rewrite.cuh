@@ -28,7 +28,8 @@ struct RewriteConfig {
 namespace rewrite_detail {
 
 // Per-broadcast values of this CTA's source rank s, staged in shared memory once per CTA so the
-// per-route work reads no plan words from global memory (the binary search aside).
+// per-route work reads no plan words from global memory (nor the binary search, when the
+// demand_end rows are staged too).
 struct BroadcastView {
   int32_t* expert;
   int32_t* owner;
@@ -40,10 +41,22 @@ struct BroadcastView {
   int32_t* supply_begin;  // residual supply of the ranks before s
 };
 
+// The demand_end rows of the broadcasts [max_broadcasts][P] are staged in shared memory when they
+// take at most this many words (every plan of the benchmarked topologies): the per-route binary
+// search then chains shared loads instead of log2(P) dependent global ones.
+inline constexpr int kStagedDemandWords = 16384;
+
+__host__ __device__ inline bool stages_demand(int num_ranks, int max_broadcasts) {
+  return static_cast<long long>(num_ranks) * max_broadcasts <= kStagedDemandWords;
+}
+
 // Shared-memory layout (int32 words): warp counts [kWarps][max_broadcasts], expert_broadcast
-// [num_experts], then the BroadcastView arrays [max_broadcasts] each.
-__host__ __device__ inline int rewrite_smem_words(int num_experts, int max_broadcasts) {
-  return RewriteConfig::kWarps * max_broadcasts + num_experts + 8 * max_broadcasts;
+// [num_experts], the BroadcastView arrays [max_broadcasts] each, then the staged demand_end rows
+// [max_broadcasts][P] (stages_demand only).
+__host__ __device__ inline int rewrite_smem_words(int num_experts, int max_broadcasts,
+                                                  int num_ranks) {
+  return RewriteConfig::kWarps * max_broadcasts + num_experts + 8 * max_broadcasts +
+         (stages_demand(num_ranks, max_broadcasts) ? num_ranks * max_broadcasts : 0);
 }
 
 // Slot of the ordinal-th route of broadcast b at source rank s (DESIGN §4.5): the residual
@@ -125,6 +138,15 @@ __global__ void __launch_bounds__(RewriteConfig::kThreads) rewrite_kernel(const 
   if (B > 0) {
     for (int e = tid; e < E; e += RewriteConfig::kThreads) {
       expert_broadcast[e] = plan[lay.expert_broadcast() + e];
+    }
+  }
+  // demand_end rows: staged beside the views (same load depth), or read from the plan.
+  const bool staged = stages_demand(P, max_b);
+  int32_t* staged_demand = arrays + 8 * max_b;
+  const int32_t* demand_end = staged ? staged_demand : plan + lay.demand_end();
+  if (staged) {
+    for (int i = tid; i < B * P; i += RewriteConfig::kThreads) {
+      staged_demand[i] = plan[lay.demand_end() + i];
     }
   }
   for (int b = tid; b < B; b += RewriteConfig::kThreads) {
@@ -209,8 +231,8 @@ __global__ void __launch_bounds__(RewriteConfig::kThreads) rewrite_kernel(const 
         const int owner = v / H;
         slot = owner * (H + S) + (v - owner * H);
       } else {
-        slot = broadcast_slot(view, plan + lay.demand_end() + b * P, b, s,
-                              my_counts[b] + ordinal[i], P, H, S, owner_home);
+        slot = broadcast_slot(view, demand_end + b * P, b, s, my_counts[b] + ordinal[i], P, H, S,
+                              owner_home);
       }
     }
     out[idx] = slot;
