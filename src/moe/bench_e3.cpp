@@ -125,38 +125,65 @@ class RankTimer {
 
   // Median over `iters` timed calls (after `warmup`) of one rank's grouped MLP, microseconds.
   double median_us(std::span<const int32_t> rows_per_slot) {
-    cudaGraphExec_t exec = nullptr;
+    return medians_us(std::vector<std::span<const int32_t>>{rows_per_slot}).front();
+  }
+
+  // Medians of several configurations timed round-robin: call i of every configuration runs
+  // before call i + 1 of any, so a drift of the GPU's clocks during the measurement moves every
+  // configuration alike and their ratios stay comparable.
+  std::vector<double> medians_us(const std::vector<std::span<const int32_t>>& configs) {
+    const size_t num_configs = configs.size();
+    std::vector<cudaGraphExec_t> execs(num_configs, nullptr);
     if (graph_) {
-      cudaGraph_t graph = nullptr;
-      ISER_CUDA_CHECK(cudaStreamBeginCapture(stream_, cudaStreamCaptureModeThreadLocal));
-      mlp_.run(x_, rows_per_slot, y_, stream_);
-      ISER_CUDA_CHECK(cudaStreamEndCapture(stream_, &graph));
-      ISER_CUDA_CHECK(cudaGraphInstantiate(&exec, graph, 0));
-      cudaGraphDestroy(graph);
+      for (size_t c = 0; c < num_configs; ++c) {
+        cudaGraph_t graph = nullptr;
+        ISER_CUDA_CHECK(cudaStreamBeginCapture(stream_, cudaStreamCaptureModeThreadLocal));
+        mlp_.run(x_, configs[c], y_, stream_);
+        ISER_CUDA_CHECK(cudaStreamEndCapture(stream_, &graph));
+        ISER_CUDA_CHECK(cudaGraphInstantiate(&execs[c], graph, 0));
+        cudaGraphDestroy(graph);
+      }
     }
-    const auto launch = [&] {
-      if (exec != nullptr) {
-        ISER_CUDA_CHECK(cudaGraphLaunch(exec, stream_));
+    const auto launch = [&](size_t c) {
+      if (execs[c] != nullptr) {
+        ISER_CUDA_CHECK(cudaGraphLaunch(execs[c], stream_));
       } else {
-        mlp_.run(x_, rows_per_slot, y_, stream_);
+        mlp_.run(x_, configs[c], y_, stream_);
       }
     };
-    for (int i = 0; i < warmup_; ++i) launch();
+    const size_t needed = 2 * num_configs * static_cast<size_t>(iters_);
+    while (events_.size() < needed) {
+      events_.emplace_back();
+      ISER_CUDA_CHECK(cudaEventCreate(&events_.back()));
+    }
+    for (int i = 0; i < warmup_; ++i) {
+      for (size_t c = 0; c < num_configs; ++c) launch(c);
+    }
     for (int i = 0; i < iters_; ++i) {
-      ISER_CUDA_CHECK(cudaEventRecord(events_[2 * i], stream_));
-      launch();
-      ISER_CUDA_CHECK(cudaEventRecord(events_[2 * i + 1], stream_));
+      for (size_t c = 0; c < num_configs; ++c) {
+        const size_t e = 2 * (static_cast<size_t>(i) * num_configs + c);
+        ISER_CUDA_CHECK(cudaEventRecord(events_[e], stream_));
+        launch(c);
+        ISER_CUDA_CHECK(cudaEventRecord(events_[e + 1], stream_));
+      }
     }
     ISER_CUDA_CHECK(cudaStreamSynchronize(stream_));
-    if (exec != nullptr) cudaGraphExecDestroy(exec);
-    std::vector<double> us(iters_);
-    for (int i = 0; i < iters_; ++i) {
-      float ms = 0;
-      ISER_CUDA_CHECK(cudaEventElapsedTime(&ms, events_[2 * i], events_[2 * i + 1]));
-      us[i] = 1e3 * ms;
+    for (cudaGraphExec_t exec : execs) {
+      if (exec != nullptr) cudaGraphExecDestroy(exec);
     }
-    std::sort(us.begin(), us.end());
-    return iters_ % 2 ? us[iters_ / 2] : 0.5 * (us[iters_ / 2 - 1] + us[iters_ / 2]);
+    std::vector<double> medians(num_configs);
+    std::vector<double> us(iters_);
+    for (size_t c = 0; c < num_configs; ++c) {
+      for (int i = 0; i < iters_; ++i) {
+        const size_t e = 2 * (static_cast<size_t>(i) * num_configs + c);
+        float ms = 0;
+        ISER_CUDA_CHECK(cudaEventElapsedTime(&ms, events_[e], events_[e + 1]));
+        us[i] = 1e3 * ms;
+      }
+      std::sort(us.begin(), us.end());
+      medians[c] = iters_ % 2 ? us[iters_ / 2] : 0.5 * (us[iters_ / 2 - 1] + us[iters_ / 2]);
+    }
+    return medians;
   }
 
  private:
@@ -190,19 +217,23 @@ struct SlowestRank {
   int num_timed = 0;
 };
 
-SlowestRank time_slowest(RankTimer& timer, const Topology& topo, const RankLoads& loads,
-                         double margin) {
+// Ranks of `loads` within `margin` of the largest load: the candidates for the slowest rank.
+std::vector<int> candidate_ranks(const RankLoads& loads, double margin) {
   const int64_t max_load = *std::max_element(loads.per_rank.begin(), loads.per_rank.end());
-  const int per_rank = topo.slots_per_rank();
-  SlowestRank slowest;
-  for (int r = 0; r < topo.num_ranks; ++r) {
-    if (static_cast<double>(loads.per_rank[r]) < (1.0 - margin) * static_cast<double>(max_load)) {
-      continue;
+  std::vector<int> ranks;
+  for (int r = 0; r < static_cast<int>(loads.per_rank.size()); ++r) {
+    if (static_cast<double>(loads.per_rank[r]) >= (1.0 - margin) * static_cast<double>(max_load)) {
+      ranks.push_back(r);
     }
-    const double us = timer.median_us(
-        std::span<const int32_t>(loads.slots).subspan(static_cast<size_t>(r) * per_rank, per_rank));
+  }
+  return ranks;
+}
+
+SlowestRank slowest_of(const std::vector<int>& ranks, std::span<const double> us) {
+  SlowestRank slowest;
+  for (size_t i = 0; i < ranks.size(); ++i) {
     ++slowest.num_timed;
-    if (us > slowest.us) slowest = {us, r, slowest.num_timed};
+    if (us[i] > slowest.us) slowest = {us[i], ranks[i], slowest.num_timed};
   }
   return slowest;
 }
@@ -215,7 +246,7 @@ struct Cell {
   RankLoads off, on;
   int num_broadcasts = 0;
   SlowestRank t_off, t_on;
-  double t_bal = 0;  // balanced control, timed between this cell's OFF and ON ranks
+  double t_bal = 0;  // balanced control, timed round-robin with this cell's OFF and ON ranks
 };
 
 double ratio_r(const RankLoads& loads) {
@@ -265,10 +296,10 @@ VariantSummary time_variant(const E3Options& opt, const Topology& topo, const Gr
   const int per_rank = topo.slots_per_rank();
   VariantSummary summary;
   // Balanced control per token count: every expert gets tau*k/H routes (one rank suffices).
-  // NOTE: it is timed again inside every cell, right before the cell's ON ranks: on H200 the
-  // same balanced schedule timed once per variant ranged 8.9-10.3 ms, fastest after GPU pauses
-  // (likely clocks), so only adjacent measurements compare. The first measurement here is
-  // reported and serves as warm-up.
+  // NOTE: it is timed again inside every cell, round-robin with the cell's OFF and ON ranks: on
+  // H200 the same balanced schedule timed at different moments ranged 8.9-11.6 ms (likely
+  // clocks), so only interleaved measurements compare. The first measurement here is reported
+  // and serves as warm-up.
   std::vector<std::vector<int32_t>> balanced_rows;
   for (int tokens : opt.tokens) {
     std::vector<int32_t> rows(per_rank, 0);
@@ -287,9 +318,24 @@ VariantSummary time_variant(const E3Options& opt, const Topology& topo, const Gr
   for (Cell& cell : cells) {
     const size_t tau_idx =
         std::find(opt.tokens.begin(), opt.tokens.end(), cell.tokens) - opt.tokens.begin();
-    cell.t_off = time_slowest(timer, topo, cell.off, opt.margin);
-    cell.t_bal = timer.median_us(balanced_rows[tau_idx]);
-    cell.t_on = time_slowest(timer, topo, cell.on, opt.margin);
+    // OFF ranks, ON ranks and the balanced control, timed round-robin in one measurement.
+    const std::vector<int> off_ranks = candidate_ranks(cell.off, opt.margin);
+    const std::vector<int> on_ranks = candidate_ranks(cell.on, opt.margin);
+    std::vector<std::span<const int32_t>> configs;
+    for (const int r : off_ranks) {
+      configs.push_back(std::span<const int32_t>(cell.off.slots)
+                            .subspan(static_cast<size_t>(r) * per_rank, per_rank));
+    }
+    for (const int r : on_ranks) {
+      configs.push_back(std::span<const int32_t>(cell.on.slots)
+                            .subspan(static_cast<size_t>(r) * per_rank, per_rank));
+    }
+    configs.push_back(balanced_rows[tau_idx]);
+    const std::vector<double> us = timer.medians_us(configs);
+    const std::span<const double> all(us);
+    cell.t_off = slowest_of(off_ranks, all.subspan(0, off_ranks.size()));
+    cell.t_on = slowest_of(on_ranks, all.subspan(off_ranks.size(), on_ranks.size()));
+    cell.t_bal = us.back();
     const double bal = cell.t_bal;
     const std::span<const int32_t> on_rows =
         std::span<const int32_t>(cell.on.slots)
