@@ -105,6 +105,12 @@ struct GroupedMlpOptions {
   // Smallest row granule of a tail algorithm (see PinnedLtGemm); 0: no tail algorithms (a
   // slot's last partial granule runs on the pinned algorithm, padded).
   int min_tail_granule = 8;
+  // Chained slots only: slots with fewer rows than this run on two extra lanes of the highest
+  // stream priority, smallest first, so that their weight streaming (a small slot reads its whole
+  // 132 MB bundle for little math) interleaves with the large slots' tiles instead of trailing
+  // them. 0: off (every slot on the ordinary lanes). The outputs do not change (each slot keeps
+  // its algorithms; only the stream it runs on differs).
+  int priority_below_rows = 0;
 };
 
 // Grouped gated MLP over the slots of one rank. Rows of x are grouped by slot, in slot order:

@@ -55,8 +55,8 @@ struct E3Options {
   uint64_t seed = 1;
   bool graph = false;
   std::string gemm = "lt";
-  // kLtPinned scheduling variants, each "lanes:chain:tails" (tails: off or the smallest tail
-  // granule); empty: the GroupedMlpOptions defaults.
+  // kLtPinned scheduling variants, each "lanes:chain:tails[:p<rows>]" (tails: off or the smallest
+  // tail granule; p<rows>: priority_below_rows); empty: the GroupedMlpOptions defaults.
   std::vector<std::string> variants;
   std::string json_path;
 };
@@ -69,11 +69,15 @@ struct Variant {
 Variant parse_variant(const std::string& spec, GemmBackend backend) {
   Variant v{spec, {}};
   v.options.backend = backend;
-  int lanes = 0, chain = 0;
+  int lanes = 0, chain = 0, priority = 0;
   char tails[16] = {};
-  ISER_CHECK(std::sscanf(spec.c_str(), "%d:%d:%15s", &lanes, &chain, tails) == 3 &&
-                 (chain == 0 || chain == 1),
-             "--variants '{}': expected lanes:chain:tails, e.g. 4:1:64 or 4:0:off", spec);
+  const int fields =
+      std::sscanf(spec.c_str(), "%d:%d:%15[^:]:p%d", &lanes, &chain, tails, &priority);
+  ISER_CHECK((fields == 3 || (fields == 4 && priority > 0)) && (chain == 0 || chain == 1),
+             "--variants '{}': expected lanes:chain:tails[:p<rows>], e.g. 4:1:64, 4:0:off or "
+             "8:1:8:p256",
+             spec);
+  v.options.priority_below_rows = priority;
   v.options.num_lanes = lanes;
   v.options.chain_slots = chain == 1;
   const std::string t(tails);
@@ -599,9 +603,11 @@ int e3_main(const std::vector<std::string>& args) {
   app.add_option("--seed", opt.seed, "power-law / weight seed");
   app.add_flag("-G,--graph", opt.graph, "time CUDA-graph launches of the captured call");
   app.add_option("--gemm", opt.gemm, "lt (cublasLt, pinned algorithm) or grouped (cuBLAS grouped)");
-  app.add_option("--variants", opt.variants,
-                 "lt scheduling variants to time in turn, comma list of lanes:chain:tails "
-                 "(e.g. 4:0:off,4:1:64; tails: off or the smallest tail granule)")
+  app.add_option(
+         "--variants", opt.variants,
+         "lt scheduling variants to time in turn, comma list of lanes:chain:tails[:p<rows>] "
+         "(e.g. 4:0:off,4:1:64,8:1:8:p256; tails: off or the smallest tail granule; "
+         "p<rows>: slots under <rows> on high-priority lanes)")
       ->delimiter(',');
   app.add_option("-J,--json", opt.json_path, "write results as JSON");
   try {

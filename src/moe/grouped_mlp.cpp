@@ -113,6 +113,7 @@ namespace {
 constexpr size_t kCublasWorkspaceBytes = size_t{32} << 20;
 constexpr int kMaxGroups = cuda::GroupPointersConfig::kMaxGroups;
 constexpr int kMaxLanes = 16;
+constexpr int kPriorityLanes = 2;
 }  // namespace
 
 struct GroupedMlp::Impl {
@@ -132,7 +133,8 @@ struct GroupedMlp::Impl {
     cudaEvent_t done = nullptr;
     DeviceBuffer workspace;
   };
-  std::vector<Lane> lanes;
+  std::vector<Lane> lanes;  // ordinary lanes, then kPriorityLanes when priority_below_rows > 0
+  int num_ordinary_lanes = 0;
   cudaEvent_t fork_event = nullptr;
   DeviceBuffer h13;       // [max_rows, 2I]
   DeviceBuffer act;       // [max_rows, I]
@@ -181,6 +183,8 @@ GroupedMlp::GroupedMlp(ExpertShape shape, int num_slots, int64_t max_rows,
              "grouped mlp: num_lanes = {} outside [1, {}]", options.num_lanes, kMaxLanes);
   ISER_CHECK(options.min_tail_granule >= 0, "grouped mlp: min_tail_granule = {} is negative",
              options.min_tail_granule);
+  ISER_CHECK(options.priority_below_rows >= 0, "grouped mlp: priority_below_rows = {} is negative",
+             options.priority_below_rows);
   Impl& s = *impl_;
   s.shape = shape;
   s.num_slots = num_slots;
@@ -198,9 +202,16 @@ GroupedMlp::GroupedMlp(ExpertShape shape, int num_slots, int64_t max_rows,
         std::make_unique<PinnedLtGemm>(s.lt, shape.hidden, shape.intermediate, reference_rows,
                                        max_rows, kCublasWorkspaceBytes, options.min_tail_granule);
     ISER_CUDA_CHECK(cudaEventCreateWithFlags(&s.fork_event, cudaEventDisableTiming));
-    s.lanes.resize(std::min(options.num_lanes, num_slots));
-    for (Impl::Lane& lane : s.lanes) {
-      ISER_CUDA_CHECK(cudaStreamCreateWithFlags(&lane.stream, cudaStreamNonBlocking));
+    s.num_ordinary_lanes = std::min(options.num_lanes, num_slots);
+    const bool priority = options.chain_slots && options.priority_below_rows > 0;
+    s.lanes.resize(s.num_ordinary_lanes + (priority ? kPriorityLanes : 0));
+    int least_priority = 0, greatest_priority = 0;
+    ISER_CUDA_CHECK(cudaDeviceGetStreamPriorityRange(&least_priority, &greatest_priority));
+    for (size_t l = 0; l < s.lanes.size(); ++l) {
+      Impl::Lane& lane = s.lanes[l];
+      const bool high = static_cast<int>(l) >= s.num_ordinary_lanes;
+      ISER_CUDA_CHECK(cudaStreamCreateWithPriority(&lane.stream, cudaStreamNonBlocking,
+                                                   high ? greatest_priority : least_priority));
       ISER_CUDA_CHECK(cudaEventCreateWithFlags(&lane.done, cudaEventDisableTiming));
       lane.workspace = DeviceBuffer(kCublasWorkspaceBytes);
     }
@@ -245,12 +256,16 @@ const GroupedMlpOptions& GroupedMlp::options() const {
 std::string GroupedMlp::describe() const {
   const Impl& s = *impl_;
   if (s.options.backend == GemmBackend::kGrouped) return "cublasGemmGroupedBatchedEx";
-  return fmt::format("cublasLt pinned, {} lanes, {}, tails {}: gemm1 {}; gemm2 {}", s.lanes.size(),
-                     s.options.chain_slots ? "slots chained" : "two passes",
-                     s.options.min_tail_granule > 0
-                         ? fmt::format(">= {} rows", s.options.min_tail_granule)
-                         : "off",
-                     s.gemm1->description(), s.gemm2->description());
+  return fmt::format(
+      "cublasLt pinned, {} lanes{}, {}, tails {}: gemm1 {}; gemm2 {}", s.num_ordinary_lanes,
+      s.lanes.size() > static_cast<size_t>(s.num_ordinary_lanes)
+          ? fmt::format(" + {} priority lanes for slots under {} rows", kPriorityLanes,
+                        s.options.priority_below_rows)
+          : "",
+      s.options.chain_slots ? "slots chained" : "two passes",
+      s.options.min_tail_granule > 0 ? fmt::format(">= {} rows", s.options.min_tail_granule)
+                                     : "off",
+      s.gemm1->description(), s.gemm2->description());
 }
 
 int64_t GroupedMlp::padded_rows(std::span<const int32_t> rows_per_slot) const {
@@ -338,7 +353,7 @@ void GroupedMlp::Impl::run_lt(const cuda::GroupPointersParams& params, int64_t t
   const auto* x = static_cast<const uint16_t*>(params.x);
   auto* h = h13.get<uint16_t>();
   auto* a = act.get<uint16_t>();
-  const int num_lanes = std::min(static_cast<int>(lanes.size()), params.num_groups);
+  const int num_lanes = std::min(num_ordinary_lanes, params.num_groups);
   // One GEMM pass: group g on lane g % num_lanes.
   fork_join(num_lanes, stream, [&](int lane, cudaStream_t on, DeviceBuffer& ws) {
     for (int g = lane; g < params.num_groups; g += num_lanes) {
@@ -363,21 +378,32 @@ void GroupedMlp::Impl::run_lt_chained(const cuda::GroupPointersParams& params, S
   const auto* x = static_cast<const uint16_t*>(params.x);
   auto* h = h13.get<uint16_t>();
   auto* a = act.get<uint16_t>();
-  const int num_lanes = std::min(static_cast<int>(lanes.size()), params.num_groups);
-  // Largest slot first to the least-loaded lane (ties: lower index), so the lanes end together.
+  const int num_ordinary = std::min(num_ordinary_lanes, params.num_groups);
+  const int num_priority = static_cast<int>(lanes.size()) - num_ordinary_lanes;
+  // Largest slot first to the least-loaded lane (ties: lower index), so the lanes end together;
+  // small slots (priority_below_rows) smallest first over the priority lanes, which follow the
+  // ordinary ones in `lanes`. fork_join uses lanes [0, num_used): with priority lanes every
+  // ordinary lane is forked too (an idle one just joins).
   std::vector<int> order(params.num_groups);
   for (int g = 0; g < params.num_groups; ++g) order[g] = g;
   std::stable_sort(order.begin(), order.end(),
                    [&](int x_idx, int y_idx) { return n[x_idx] > n[y_idx]; });
-  std::vector<std::vector<int>> lane_groups(num_lanes);
-  std::vector<int64_t> lane_rows(num_lanes, 0);
-  for (int g : order) {
-    const int lane =
-        static_cast<int>(std::min_element(lane_rows.begin(), lane_rows.end()) - lane_rows.begin());
+  const int num_used = num_priority > 0 ? static_cast<int>(lanes.size()) : num_ordinary;
+  std::vector<std::vector<int>> lane_groups(num_used);
+  std::vector<int64_t> lane_rows(num_used, 0);
+  const auto deal = [&](int g, int first, int count) {
+    const auto begin = lane_rows.begin() + first;
+    const int lane = first + static_cast<int>(std::min_element(begin, begin + count) - begin);
     lane_groups[lane].push_back(g);
     lane_rows[lane] += n[g];
+  };
+  for (auto it = order.rbegin(); num_priority > 0 && it != order.rend(); ++it) {
+    if (n[*it] < options.priority_below_rows) deal(*it, num_ordinary_lanes, num_priority);
   }
-  fork_join(num_lanes, stream, [&](int lane, cudaStream_t on, DeviceBuffer& ws) {
+  for (int g : order) {
+    if (num_priority == 0 || n[g] >= options.priority_below_rows) deal(g, 0, num_ordinary);
+  }
+  fork_join(num_used, stream, [&](int lane, cudaStream_t on, DeviceBuffer& ws) {
     for (int g : lane_groups[lane]) {
       const int64_t row = params.row_begin[g];
       const SlotWeights& w = host_table[params.slot[g]];

@@ -132,7 +132,8 @@ TEST(GroupedMlp, TokenOutputIndependentOfSlotCountAndPosition) {
 
 // Tail algorithms (every granule the device admits, down to 8 rows) and chained lanes: a token
 // computed in a slot's last partial granule, at any row count and offset, gets the bytes the
-// pinned-only two-pass schedule gives it among whole granules.
+// pinned-only two-pass schedule gives it among whole granules; also with the small slots on
+// high-priority lanes (priority_below_rows = 200 puts one or both slots there, by n).
 TEST(GroupedMlp, TailAlgorithmsAndChainedLanesKeepTokenBytes) {
   SKIP_WITHOUT_GPU();
   const ExpertShape shape;     // DeepSeek-V4-Pro
@@ -154,27 +155,31 @@ TEST(GroupedMlp, TailAlgorithmsAndChainedLanesKeepTokenBytes) {
   for (int r = 0; r < full_rows; ++r) all_a[r] = r;
   const auto want = run_layout(reference, tokens, all_a, {0, full_rows});
 
-  GroupedMlpOptions tails;
-  tails.num_lanes = 3;
-  tails.chain_slots = true;
-  tails.min_tail_granule = 8;
-  GroupedMlp mlp(shape, 2, full_rows + 512, tails);
-  mlp.set_weights(weights, nullptr);
-  std::printf("[          ] %s\n", mlp.describe().c_str());
-  const size_t he = shape.hidden;
-  for (const int n : {1, 7, 12, 31, 64, 100, 129, 150, 200, 255, 300, 511, 777}) {
-    // B's rows (slot 0), then A's last n tokens (slot 1).
-    const int b_rows = (n * 37) % 300;
-    std::vector<int> layout;
-    for (int r = 0; r < b_rows; ++r) layout.push_back(full_rows + r);
-    for (int r = full_rows - n; r < full_rows; ++r) layout.push_back(r);
-    const auto got = run_layout(mlp, tokens, layout, {b_rows, n});
-    ASSERT_GE(mlp.padded_rows(std::vector<int32_t>{0, n}), 2 * n);
-    for (int i = 0; i < n; ++i) {
-      const size_t token = full_rows - n + i;
-      const size_t row = static_cast<size_t>(b_rows) + i;
-      ASSERT_EQ(0, std::memcmp(want.data() + token * he, got.data() + row * he, he * 2))
-          << "token " << token << " differs in a " << n << "-row slot";
+  for (const int priority_below_rows : {0, 200}) {
+    GroupedMlpOptions tails;
+    tails.num_lanes = 3;
+    tails.chain_slots = true;
+    tails.min_tail_granule = 8;
+    tails.priority_below_rows = priority_below_rows;
+    GroupedMlp mlp(shape, 2, full_rows + 512, tails);
+    mlp.set_weights(weights, nullptr);
+    std::printf("[          ] %s\n", mlp.describe().c_str());
+    const size_t he = shape.hidden;
+    for (const int n : {1, 7, 12, 31, 64, 100, 129, 150, 200, 255, 300, 511, 777}) {
+      // B's rows (slot 0), then A's last n tokens (slot 1).
+      const int b_rows = (n * 37) % 300;
+      std::vector<int> layout;
+      for (int r = 0; r < b_rows; ++r) layout.push_back(full_rows + r);
+      for (int r = full_rows - n; r < full_rows; ++r) layout.push_back(r);
+      const auto got = run_layout(mlp, tokens, layout, {b_rows, n});
+      ASSERT_GE(mlp.padded_rows(std::vector<int32_t>{0, n}), 2 * n);
+      for (int i = 0; i < n; ++i) {
+        const size_t token = full_rows - n + i;
+        const size_t row = static_cast<size_t>(b_rows) + i;
+        ASSERT_EQ(0, std::memcmp(want.data() + token * he, got.data() + row * he, he * 2))
+            << "token " << token << " differs in a " << n << "-row slot (priority below "
+            << priority_below_rows << " rows)";
+      }
     }
   }
 }
@@ -191,6 +196,9 @@ TEST(GroupedMlp, RejectsBadInput) {
   EXPECT_THROW(mlp.run(nullptr, std::vector<int32_t>{-1, 1}, nullptr, nullptr), Error);
   EXPECT_THROW(mlp.run(nullptr, std::vector<int32_t>{5, 4}, nullptr, nullptr), Error);
   EXPECT_THROW(ExpertShape({60, 32}).check(), Error);
+  GroupedMlpOptions negative;
+  negative.priority_below_rows = -1;
+  EXPECT_THROW(GroupedMlp(shape, 2, 8, negative), Error);
 }
 
 }  // namespace
