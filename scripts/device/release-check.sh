@@ -3,6 +3,8 @@
 # (BUDGET seconds, default 540): build, every GPU test (ctest -L gpu), compute-sanitizer on the GPU
 # planner, then the planner, EP-layer and E3 benchmarks. Each step gets what is left of the budget;
 # a step that cannot start in time is reported as skipped. Logs and JSON go to $OUT.
+# SKIP: space-separated steps to leave out (san planner moe_layer e3); LAYER_ARGS / E3_ARGS replace
+# the EP-layer / E3 benchmark flags.
 export NCCL_NVLS_ENABLE=0 TORCH_SYMM_MEM_DISABLE_MULTICAST=1 NVSHMEM_DISABLE_NVLS=1
 export ISER_SHARED_DATA=${ISER_SHARED_DATA:-$PWD/../shared/data}
 export ISER_DATA_DIR=${ISER_DATA_DIR:-$PWD/data}
@@ -18,6 +20,7 @@ cap() {
 }
 step() {  # step NAME WANT CMD...: runs CMD under its cap, logs to $O/NAME.log
   local name=$1 want=$2; shift 2
+  case " $SKIP " in *" $name "* | *" ${name%%_*} "*) echo "$name: skipped (SKIP)"; return ;; esac
   local t; t=$(cap "$want")
   if [ "$t" = 0 ]; then echo "$name: skipped (budget)"; return; fi
   timeout "$t" "$@" > "$O/$name.log" 2>&1
@@ -45,9 +48,10 @@ done
 CUDA_VISIBLE_DEVICES=0 step planner 45 $B/bench/bench_planner_gpu -w 20 -n 400 -G 1 -c 1 \
   -P halo-q,iser -d $CSV -J $O/planner.json
 tail -16 $O/planner.log
-step moe_layer 90 $B/bench/bench_moe_layer -P 2 -E 384 -S 4 -t 8192 --routing power-law,balanced \
-  -n 20 --alpha 1.2
+step moe_layer 90 $B/bench/bench_moe_layer ${LAYER_ARGS:--P 2 -E 384 -S 4 -t 8192 \
+  --routing power-law,balanced -n 20 --alpha 1.2}
 tail -8 $O/moe_layer.log
-CUDA_VISIBLE_DEVICES=0 step e3 150 $B/bench/bench_moe_e3 --layers 3:39:9 -n 10 -w 2 -J $O/e3.json
-grep -E "^# (mean|balanced)" $O/e3.log
+CUDA_VISIBLE_DEVICES=0 step e3 150 $B/bench/bench_moe_e3 ${E3_ARGS:---layers 3:39:9 -n 10 -w 2} \
+  -J $O/e3.json
+grep -E "^# (mean|balanced|variant)" $O/e3.log
 echo "done $(el)"
