@@ -28,8 +28,9 @@ std::string describe_gpu_status(uint32_t status) {
     if (!text.empty()) text += '|';
     text += name;
   }
-  if ((status & ~known) != 0)
+  if ((status & ~known) != 0) {
     text += fmt::format("{}unknown-0x{:x}", text.empty() ? "" : "|", status & ~known);
+  }
   return text;
 }
 
@@ -71,7 +72,8 @@ Plan plan_from_words(const GpuPlanLayout& layout, std::span<const int32_t> w) {
   plan.loads.assign(w.begin() + layout.loads(), w.begin() + layout.loads() + P);
   plan.broadcasts.resize(num_broadcasts);
   for (int b = 0; b < num_broadcasts; ++b) {
-    const int32_t* rec = w.data() + layout.broadcasts() + b * GpuPlanLayout::kBroadcastWords;
+    const int32_t* rec =
+        w.data() + layout.broadcasts() + static_cast<ptrdiff_t>(b) * GpuPlanLayout::kBroadcastWords;
     Broadcast& out = plan.broadcasts[b];
     out.expert = rec[GpuPlanLayout::kExpert];
     out.owner = rec[GpuPlanLayout::kOwner];

@@ -116,7 +116,13 @@ std::vector<int> parse_layers(const std::string& spec, int num_layers) {
 class RankTimer {
  public:
   RankTimer(GroupedMlp& mlp, const void* x, void* y, int warmup, int iters, bool graph)
-      : mlp_(mlp), x_(x), y_(y), warmup_(warmup), iters_(iters), graph_(graph), events_(2 * iters) {
+      : mlp_(mlp),
+        x_(x),
+        y_(y),
+        warmup_(warmup),
+        iters_(iters),
+        graph_(graph),
+        events_(2 * static_cast<size_t>(iters)) {
     ISER_CUDA_CHECK(cudaStreamCreateWithFlags(&stream_, cudaStreamNonBlocking));
     for (auto& event : events_) ISER_CUDA_CHECK(cudaEventCreate(&event));
   }
@@ -286,6 +292,7 @@ Fit linear_fit(const std::vector<double>& x, const std::vector<double>& y) {
 }
 
 // One scheduling variant timed over every cell.
+// NOLINTNEXTLINE(bugprone-exception-escape): implicit members; json's move/dtor are noexcept.
 struct VariantSummary {
   std::string name;
   std::vector<double> balanced_us;  // per tau: mean of the cells' balanced times
@@ -308,8 +315,9 @@ VariantSummary time_variant(const E3Options& opt, const Topology& topo, const Gr
   for (int tokens : opt.tokens) {
     std::vector<int32_t> rows(per_rank, 0);
     const int64_t routes = int64_t{tokens} * opt.top_k;
-    for (int s = 0; s < home; ++s)
+    for (int s = 0; s < home; ++s) {
       rows[s] = static_cast<int32_t>(routes / home + (s < routes % home));
+    }
     fmt::print("# balanced tau={}: {} routes/rank, first {:.1f} us, padding {:+.2f}%\n", tokens,
                routes, timer.median_us(rows), padding_percent(mlp, rows));
     balanced_rows.push_back(std::move(rows));
@@ -326,6 +334,7 @@ VariantSummary time_variant(const E3Options& opt, const Topology& topo, const Gr
     const std::vector<int> off_ranks = candidate_ranks(cell.off, opt.margin);
     const std::vector<int> on_ranks = candidate_ranks(cell.on, opt.margin);
     std::vector<std::span<const int32_t>> configs;
+    configs.reserve(off_ranks.size() + on_ranks.size() + 1);
     for (const int r : off_ranks) {
       configs.push_back(std::span<const int32_t>(cell.off.slots)
                             .subspan(static_cast<size_t>(r) * per_rank, per_rank));
@@ -548,8 +557,9 @@ int run(const E3Options& opt) {
   if (summaries.size() > 1) {
     for (size_t tau_idx = 0; tau_idx < opt.tokens.size(); ++tau_idx) {
       double best_bal = summaries[0].balanced_us[tau_idx];
-      for (const VariantSummary& v : summaries)
+      for (const VariantSummary& v : summaries) {
         best_bal = std::min(best_bal, v.balanced_us[tau_idx]);
+      }
       fmt::print("# variants tau={}: best balanced {:.1f} us\n", opt.tokens[tau_idx], best_bal);
       for (const VariantSummary& v : summaries) {
         fmt::print(

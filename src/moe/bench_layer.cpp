@@ -195,6 +195,7 @@ int run_rank(const LayerBenchOptions& opt, int rank, int world, const std::strin
     if (rank != 0) continue;
     const auto med = [&](int mode, Field field) {
       std::vector<float> v;
+      v.reserve(static_cast<size_t>(opt.iters));
       for (int it = 0; it < opt.iters; ++it) {
         v.push_back(fields[(static_cast<size_t>(it) * 2 + mode) * kNumFields + field]);
       }

@@ -283,7 +283,7 @@ void GroupedMlp::set_weights(std::span<const SlotWeights> slots, Stream stream) 
   ISER_CHECK(static_cast<int>(slots.size()) == s.num_slots,
              "grouped mlp: {} slot weights given, {} slots", slots.size(), s.num_slots);
   // Pageable source: cudaMemcpyAsync stages it before returning, so `table` may die here.
-  std::vector<const void*> table(2 * s.num_slots);
+  std::vector<const void*> table(2 * static_cast<size_t>(s.num_slots));
   for (int i = 0; i < s.num_slots; ++i) {
     ISER_CHECK(slots[i].w13 != nullptr && slots[i].w2 != nullptr,
                "grouped mlp: slot {} has a null weight pointer", i);
@@ -433,17 +433,19 @@ void GroupedMlp::Impl::run_grouped(cuda::GroupPointersParams& params, int64_t to
   // GEMM 1: h13 = x · W13^T (gate and up in one pass).
   ISER_CUBLAS_CHECK(cublasGemmGroupedBatchedEx(
       s.handle, s.trans_a.data(), s.trans_b.data(), s.m1.data(), s.n.data(), s.k1.data(),
-      s.alpha.data(), ptr + 0 * kMaxGroups, CUDA_R_16BF, s.k1.data(), ptr + 1 * kMaxGroups,
-      CUDA_R_16BF, s.k1.data(), s.beta.data(), const_cast<void* const*>(ptr + 2 * kMaxGroups),
-      CUDA_R_16BF, s.m1.data(), groups, s.one.data(), CUBLAS_COMPUTE_32F));
+      s.alpha.data(), ptr + ptrdiff_t{0} * kMaxGroups, CUDA_R_16BF, s.k1.data(),
+      ptr + ptrdiff_t{1} * kMaxGroups, CUDA_R_16BF, s.k1.data(), s.beta.data(),
+      const_cast<void* const*>(ptr + ptrdiff_t{2} * kMaxGroups), CUDA_R_16BF, s.m1.data(), groups,
+      s.one.data(), CUBLAS_COMPUTE_32F));
   cuda::launch_silu_mul(
       {s.h13.get<uint16_t>(), s.act.get<uint16_t>(), total_rows, s.shape.intermediate}, stream);
   // GEMM 2: y = act · W2^T.
   ISER_CUBLAS_CHECK(cublasGemmGroupedBatchedEx(
       s.handle, s.trans_a.data(), s.trans_b.data(), s.m2.data(), s.n.data(), s.k2.data(),
-      s.alpha.data(), ptr + 3 * kMaxGroups, CUDA_R_16BF, s.k2.data(), ptr + 4 * kMaxGroups,
-      CUDA_R_16BF, s.k2.data(), s.beta.data(), const_cast<void* const*>(ptr + 5 * kMaxGroups),
-      CUDA_R_16BF, s.m2.data(), groups, s.one.data(), CUBLAS_COMPUTE_32F));
+      s.alpha.data(), ptr + ptrdiff_t{3} * kMaxGroups, CUDA_R_16BF, s.k2.data(),
+      ptr + ptrdiff_t{4} * kMaxGroups, CUDA_R_16BF, s.k2.data(), s.beta.data(),
+      const_cast<void* const*>(ptr + ptrdiff_t{5} * kMaxGroups), CUDA_R_16BF, s.m2.data(), groups,
+      s.one.data(), CUBLAS_COMPUTE_32F));
 }
 
 }  // namespace iser::moe

@@ -54,6 +54,7 @@ LogicalEpLayer::LogicalEpLayer(const LayerConfig& config, const ExpertBank& expe
     if (topo.num_slots > 0) s.helpers.emplace_back(config.shape, topo.num_slots);
     s.mlps.emplace_back(config.shape, topo.slots_per_rank(), routes);
     std::vector<SlotWeights> weights;
+    weights.reserve(static_cast<size_t>(home) + topo.num_slots);
     for (int l = 0; l < home; ++l) weights.push_back(experts.slot(topo.first_home_expert(r) + l));
     for (int h = 0; h < topo.num_slots; ++h) weights.push_back(s.helpers[r].slot(h));
     s.mlps[r].set_weights(weights, nullptr);
@@ -147,7 +148,8 @@ LayerInvocationStats LogicalEpLayer::forward(const void* input, std::span<const 
   const int home = topo.experts_per_rank();
   stats.rank_loads.assign(num_ranks, 0);
   for (int d = 0; d < num_ranks; ++d) {
-    const std::span<const int32_t> rows(rows_per_slot.data() + d * per_rank, per_rank);
+    const std::span<const int32_t> rows(rows_per_slot.data() + static_cast<ptrdiff_t>(d) * per_rank,
+                                        per_rank);
     for (int l = 0; l < per_rank; ++l) {
       stats.rank_loads[d] += rows[l];
       if (l >= home) stats.helper_routes += rows[l];
