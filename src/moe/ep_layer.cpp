@@ -156,6 +156,8 @@ struct EpMoeLayer::Impl {
   // `plan_ready`, then the replication; the read-back stream copies the block to the host
   // after `plan_ready` and records `counts_ready`.
   void enqueue_gpu_plan();
+  // The plan -> copy-list kernel's params for the block's plan and ops.
+  cuda::PlanCopyListParams copy_list_params() const;
   // gpu planner, host, after `counts_ready`: decodes and checks the plan the device replicated.
   // Returns false (logged; `plan` = no balancing, `ops` empty) when it cannot be used.
   bool accept_gpu_plan(const CountMatrix& counts, Plan& plan, std::vector<CopyOp>& ops) const;
@@ -163,21 +165,23 @@ struct EpMoeLayer::Impl {
   CopyOp* block_ops() const { return reinterpret_cast<CopyOp*>(block_words() + block.ops_offset); }
 };
 
-void EpMoeLayer::Impl::enqueue_gpu_plan() {
-  const GpuPlanLayout& layout = gpu_planner->layout();
-  int32_t* plan = block_words() + block.plan_offset;
-  plan_begin.record(copy);
-  gpu_planner->plan(block_words() + block.matrix_offset, plan, copy);
+cuda::PlanCopyListParams EpMoeLayer::Impl::copy_list_params() const {
   cuda::PlanCopyListParams params;
-  params.plan = plan;
-  params.broadcasts_offset = layout.broadcasts();
+  params.plan = block_words() + block.plan_offset;
+  params.broadcasts_offset = gpu_planner->layout().broadcasts();
   params.max_ops = block.max_ops;
   params.num_ranks = config.topo.num_ranks;
   params.experts_per_rank = config.topo.experts_per_rank();
   params.num_slots = config.topo.num_slots;
   params.ops = block_ops();
   params.num_ops = block_words();
-  cuda::launch_plan_copy_list(params, copy);
+  return params;
+}
+
+void EpMoeLayer::Impl::enqueue_gpu_plan() {
+  plan_begin.record(copy);
+  gpu_planner->plan(block_words() + block.matrix_offset, block_words() + block.plan_offset, copy);
+  cuda::launch_plan_copy_list(copy_list_params(), copy);
   plan_ready.record(copy);
 
   ISER_CUDA_CHECK(cudaStreamWaitEvent(readback, plan_ready.get()));
@@ -347,6 +351,12 @@ EpMoeLayer::EpMoeLayer(const LayerConfig& config, Runtime& runtime, ncclComm* co
     ISER_CUDA_CHECK(cudaMemset(s.plan_block.get(), 0, s.plan_block.bytes()));
     ISER_CUDA_CHECK(cudaMallocHost(&s.block_host, s.plan_block.bytes()));
     ISER_CUDA_CHECK(cudaStreamCreateWithPriority(&s.readback, cudaStreamNonBlocking, greatest));
+    // NOTE: one plan of the zeroed block (no broadcasts) loads the planner and copy-list kernels
+    // now: with lazy module loading their first launch could otherwise wait for a stalled copy.
+    s.gpu_planner->plan(s.block_words() + s.block.matrix_offset,
+                        s.block_words() + s.block.plan_offset, s.copy);
+    cuda::launch_plan_copy_list(s.copy_list_params(), s.copy);
+    ISER_CUDA_CHECK(cudaStreamSynchronize(s.copy));
   }
 
   // Slot weights: home bundles and helper slots of the runtime's symmetric memory (bundle =

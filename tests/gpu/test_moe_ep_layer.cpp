@@ -165,8 +165,9 @@ TEST(MoeEpLayer, GpuPlannerMatchesHostPlannerBitwise) {
 // Rank 0's COPY stream stalls before replicating, longer than the READY timeout: every gate gives
 // up on rank 0's replicas, the layer refills those helper slots from the home bundles, and the
 // output is still OFF's, bit for bit; the next ON invocation (no stall) is normal again.
-TEST(MoeEpLayer, StalledCopyFallsBackToHomeBundles) {
-  ISER_AS_RANKS(2, 300);
+// With the GPU planner the stall sits after the plan on COPY (MAIN waits only for the plan).
+void stalled_copy_falls_back(const RankEnv& rank_env, PlannerKind planner) {
+  const RankEnv* env = &rank_env;
   Communicator comm = Communicator::from_unique_id_file(env->id_file, env->rank, env->world);
   LayerConfig config;
   config.topo = Topology::make(2, 16, 2, /*g_min=*/2);
@@ -178,7 +179,9 @@ TEST(MoeEpLayer, StalledCopyFallsBackToHomeBundles) {
   RuntimeConfig runtime_config = ep_runtime_config(config);
   runtime_config.timeout_us = 200'000;  // the gate gives up long before the stall ends
   Runtime runtime(runtime_config, comm);
-  EpMoeLayer layer(config, runtime, comm.get());
+  EpLayerOptions options;
+  options.planner = planner;
+  EpMoeLayer layer(config, runtime, comm.get(), options);
   layer.fill_weights(21, 1.0f / 45.0f);
 
   std::vector<int32_t> all_ids;
@@ -243,6 +246,18 @@ TEST(MoeEpLayer, StalledCopyFallsBackToHomeBundles) {
     ASSERT_EQ(0, std::memcmp(a.data() + t * he, c.data() + t * he, he * 2))
         << "rank " << env->rank << " token " << t << " differs between OFF and the next ON";
   }
+  EXPECT_FALSE(stalled.plan_rejected);
+  EXPECT_FALSE(again.plan_rejected);
+}
+
+TEST(MoeEpLayer, StalledCopyFallsBackToHomeBundles) {
+  ISER_AS_RANKS(2, 300);
+  stalled_copy_falls_back(*env, PlannerKind::kHost);
+}
+
+TEST(MoeEpLayer, StalledCopyFallsBackToHomeBundlesGpuPlanner) {
+  ISER_AS_RANKS(2, 300);
+  stalled_copy_falls_back(*env, PlannerKind::kGpu);
 }
 
 }  // namespace
