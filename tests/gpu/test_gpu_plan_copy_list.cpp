@@ -52,6 +52,21 @@ std::pair<int32_t, std::vector<CopyOp>> run_copy_list(const Topology& topo,
   return out;
 }
 
+constexpr int kTokens = 4096;
+constexpr int kTopK = 8;
+
+// Skewed counts of P ranks x kTokens tokens x top-kTopK (power-law popularity).
+CountMatrix zipf(int num_ranks, int num_experts, uint64_t seed) {
+  testing::ZipfOptions z;
+  z.num_ranks = num_ranks;
+  z.num_experts = num_experts;
+  z.tokens_per_rank = kTokens;
+  z.top_k = kTopK;
+  z.alpha = 0.8 + 0.2 * static_cast<double>(seed % 4);
+  z.seed = seed;
+  return testing::zipf_counts(z);
+}
+
 bool same_op(const CopyOp& a, const CopyOp& b) {
   return std::memcmp(&a, &b, sizeof(CopyOp)) == 0;
 }
@@ -77,11 +92,10 @@ TEST(GpuPlanCopyList, EqualsMakeCopyListThenNullOps) {
   int replicated = 0;
   for (const Case& c : cases) {
     const Topology topo = Topology::make(c.ranks, c.experts, c.slots, c.g_min);
-    GpuPlanner planner(topo, 4096, gpu_planner_options(c.policy));
+    GpuPlanner planner(topo, kTokens * kTopK, gpu_planner_options(c.policy));
     const GpuPlanLayout& layout = planner.layout();
     for (uint64_t seed = 1; seed <= 4; ++seed) {
-      const CountMatrix counts =
-          ::iser::testing::random_skewed_counts(c.ranks, c.experts, 4096, seed);
+      const CountMatrix counts = zipf(c.ranks, c.experts, seed);
       DeviceBuffer d_counts(counts.data().size() * sizeof(int32_t));
       DeviceBuffer d_plan(static_cast<size_t>(layout.total_words()) * sizeof(int32_t));
       ISER_CUDA_CHECK(cudaMemcpy(d_counts.get(), counts.data().data(), d_counts.bytes(),
@@ -113,9 +127,9 @@ TEST(GpuPlanCopyList, EqualsMakeCopyListThenNullOps) {
 TEST(GpuPlanCopyList, RefusesOutOfRangeBroadcastsAndFailedPlans) {
   if (!have_gpu()) GTEST_SKIP() << "no CUDA device";
   const Topology topo = Topology::make(8, 64, 4, 2);
-  GpuPlanner planner(topo, 4096);
+  GpuPlanner planner(topo, kTokens * kTopK);
   const GpuPlanLayout& layout = planner.layout();
-  const CountMatrix counts = ::iser::testing::random_skewed_counts(8, 64, 4096, 7);
+  const CountMatrix counts = zipf(8, 64, 7);
   DeviceBuffer d_counts(counts.data().size() * sizeof(int32_t));
   DeviceBuffer d_plan(static_cast<size_t>(layout.total_words()) * sizeof(int32_t));
   ISER_CUDA_CHECK(
