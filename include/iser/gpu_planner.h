@@ -14,6 +14,7 @@
 #include <cstdint>
 #include <span>
 #include <string>
+#include <string_view>
 
 #include "iser/plan.h"
 #include "iser/topology.h"
@@ -57,6 +58,11 @@ struct GpuPlannerOptions {
   // express: rewrite() / rewrite_all() of an iser planner throw iser::Error (plans only).
   bool iser = false;
 };
+
+// The GpuPlannerOptions that reproduce policy `policy` (the CPU HALO-Q family without state):
+// halo-q, owner-home, absorb, halo-q-owner-in. Throws iser::Error for any other policy (resident
+// policies such as resident and iser need the previous plan, which the GPU planner does not keep).
+GpuPlannerOptions gpu_planner_options(std::string_view policy);
 
 // Flat plan layout in device memory: int32 words at these offsets. Header words, then
 //   loads[P]                          routes each rank computes after planning

@@ -4,12 +4,21 @@
 //   MAIN  shared expert  ->  dispatch (NCCL send/recv by destination slot rank)  ->  home-slot
 //         GEMMs  ->  READY gate  ->  helper-slot GEMMs  ->  bank release  ->  combine (NCCL
 //         send/recv back, then shared + sum_j w_j y_j in fixed order)
-//   COPY  (highest priority) count exchange  ->  [host: plan + routing maps]  ->  replicate
+//   COPY  (highest priority) count exchange  ->  plan  ->  replicate
 // MAIN never waits for COPY except at the READY gate, and only helper work sits behind it.
-// The plan is computed on the host from the exchanged counts (the CPU reference planner, which
-// the GPU planner reproduces bit for bit), so forward() synchronizes the host with the count
-// exchange once; NCCL's send/recv sizes are host values too. The invocation is therefore not
-// capturable in a CUDA graph as a whole (its expert GEMMs and kernels are; see GroupedMlp).
+// Two planners (EpLayerOptions::planner, docs/moe.md has the stream/event diagrams):
+//  - host (default): the host reads the exchanged counts back, plans with the policy (the CPU
+//    reference planner), builds and uploads the copy list, then enqueues the replication.
+//  - gpu: the GPU planner (include/iser/gpu_planner.h, HALO-Q family only) plans on the COPY
+//    stream right after the count exchange, a kernel turns the plan into the copy list and the
+//    replication follows with no host round trip; MAIN waits only for the `plan ready` event.
+// In both, the host needs the counts and the plan to build the routing maps: NCCL's send/recv
+// sizes are host values. In gpu mode it reads them back (one pinned copy on a third stream after
+// the plan event), decodes the plan, validates it and checks the device copy list against it; a
+// plan that fails (a GPU status bit, an invalid plan, a copy-list mismatch) is logged and the
+// invocation runs unbalanced (home slots only; the output is unchanged). forward()
+// synchronizes the host with that read-back once, so the invocation is not capturable in a
+// CUDA graph as a whole (its expert GEMMs and kernels are; see GroupedMlp).
 //
 // OFF (balance = false): home slots only; no replication, no READY gate.
 // ON and OFF outputs are bitwise identical (see include/iser/moe_layer.h for why).
@@ -25,6 +34,7 @@
 #include <functional>
 #include <memory>
 #include <span>
+#include <string_view>
 
 #include "iser/moe.h"
 #include "iser/moe_layer.h"
@@ -33,13 +43,25 @@
 namespace iser::moe {
 
 struct EpLayerTimings {
-  float layer_ms = 0;           // MAIN: invocation start -> combine done
-  float shared_ms = 0;          // MAIN: shared expert
-  float copy_ms = 0;            // COPY: replicate kernel (0 when OFF)
-  float ready_wait_ms = 0;      // MAIN: READY gate, i.e. the exposed part of the copy (0 when OFF)
-  double counts_wait_us = 0;    // host: waiting for the count exchange
-  double plan_us = 0;           // host: plan, copy list and routing maps
+  float layer_ms = 0;         // MAIN: invocation start -> combine done
+  float shared_ms = 0;        // MAIN: shared expert
+  float copy_ms = 0;          // COPY: replicate kernel (0 when OFF)
+  float ready_wait_ms = 0;    // MAIN: READY gate, i.e. the exposed part of the copy (0 when OFF)
+  double counts_wait_us = 0;  // host: waiting for the count exchange (gpu planner: and plan)
+  double plan_us = 0;     // host: plan, copy list and routing maps (gpu planner: read-back decode,
+                          // validation and routing maps)
+  float gpu_plan_ms = 0;  // COPY: GPU planner + copy-list kernels (gpu planner, ON only)
   uint32_t fallback_slots = 0;  // helper slots refilled from home bundles after a READY failure
+  bool plan_rejected = false;   // gpu planner: the plan failed its checks; ran unbalanced
+};
+
+// Who plans an ON invocation (see above).
+enum class PlannerKind : uint8_t { kHost = 0, kGpu = 1 };
+std::string_view to_string(PlannerKind planner);
+PlannerKind planner_from_string(std::string_view name);  // "host" | "gpu", else iser::Error
+
+struct EpLayerOptions {
+  PlannerKind planner = PlannerKind::kHost;
 };
 
 class EpMoeLayer {
@@ -47,7 +69,10 @@ class EpMoeLayer {
   // runtime: one rank per process (num_local_ranks() == 1), one layer, bundles of
   // shape.bundle_bytes() weight bytes and no scales. comm: the NCCL communicator of the same P
   // ranks for dispatch/combine (not used by the runtime after set-up).
-  EpMoeLayer(const LayerConfig& config, Runtime& runtime, ncclComm* comm);
+  // options.planner = kGpu needs a policy the GPU planner covers (gpu_planner_options) and
+  // tau * k <= kGpuMaxRoutesPerRank; else iser::Error.
+  EpMoeLayer(const LayerConfig& config, Runtime& runtime, ncclComm* comm,
+             const EpLayerOptions& options = {});
   ~EpMoeLayer();
   EpMoeLayer(const EpMoeLayer&) = delete;
   EpMoeLayer& operator=(const EpMoeLayer&) = delete;

@@ -34,6 +34,24 @@ std::string describe_gpu_status(uint32_t status) {
   return text;
 }
 
+GpuPlannerOptions gpu_planner_options(std::string_view policy) {
+  GpuPlannerOptions options;
+  if (policy == "halo-q") return options;
+  if (policy == "owner-home") {
+    options.owner_home = true;
+  } else if (policy == "absorb") {
+    options.absorb = true;
+  } else if (policy == "halo-q-owner-in") {
+    options.owner_in_group = true;
+  } else {
+    throw Error(fmt::format(
+        "GPU planner: policy '{}' has no GPU planner (halo-q, owner-home, absorb and "
+        "halo-q-owner-in have; resident policies need the previous plan); use the host planner",
+        policy));
+  }
+  return options;
+}
+
 GpuPlanLayout GpuPlanLayout::make(const Topology& topo, bool iser) {
   GpuPlanLayout layout;
   layout.num_ranks = topo.num_ranks;

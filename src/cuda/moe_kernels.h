@@ -7,6 +7,8 @@
 
 #include <cuda_runtime.h>
 
+#include "iser/runtime.h"
+
 namespace iser::cuda {
 
 // ---- fill: deterministic pseudo-random bf16 ------------------------------------------------
@@ -145,5 +147,32 @@ struct FallbackCopyParams {
   void* dst[FallbackCopyConfig::kMaxSlots] = {};
 };
 void launch_fallback_copy(const FallbackCopyParams& params, cudaStream_t stream);
+
+}  // namespace iser::cuda
+
+namespace iser::cuda {
+
+// ---- GPU plan -> replication copy list (the EP layer's GPU-planned mode) ---------------------
+// Reads one GpuPlanner plan (include/iser/gpu_planner.h) and writes exactly max_ops CopyOp:
+// entries [0, B) are make_copy_list(plan) (B = the plan's broadcasts, plan order), the rest are
+// null ops {expert -1, owner -1, group 0 + 0, helper 0, direct}, which no rank writes under any
+// transport (no slices, no fence targets), so the replicate kernel can take max_ops from the host
+// without waiting for the plan. *num_ops gets B; 0 when the plan's status is not 0 (it carries
+// no broadcasts); -1 when a broadcast is outside the topology (owner, expert, group or helper
+// out of range, or B > max_ops): then every entry is null and nothing is copied.
+struct PlanCopyListConfig {
+  static constexpr int kThreads = 256;  // one CTA; ops beyond kThreads are strided
+};
+struct PlanCopyListParams {
+  const int32_t* plan = nullptr;  // GpuPlanLayout words
+  int32_t broadcasts_offset = 0;  // GpuPlanLayout::broadcasts()
+  int32_t max_ops = 0;            // GpuPlanLayout::max_broadcasts (entries written)
+  int32_t num_ranks = 0;
+  int32_t experts_per_rank = 0;
+  int32_t num_slots = 0;
+  CopyOp* ops = nullptr;       // [max_ops]
+  int32_t* num_ops = nullptr;  // one word
+};
+void launch_plan_copy_list(const PlanCopyListParams& params, cudaStream_t stream);
 
 }  // namespace iser::cuda

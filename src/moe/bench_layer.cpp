@@ -48,6 +48,7 @@ struct LayerBenchOptions {
   int warmup = 3;
   int iters = 20;
   uint64_t seed = 1;
+  std::string planner = "host";  // who plans ON invocations: host | gpu (EpLayerOptions)
 };
 
 // Spawns the ranks and waits for them; returns 0 when every rank exited with 0.
@@ -99,7 +100,7 @@ float median(std::vector<float> v) {
 }
 
 // Per iteration and mode, the fields reduced with max over ranks.
-enum Field { kLayer, kShared, kCopy, kReadyWait, kCountsWait, kPlan, kNumFields };
+enum Field { kLayer, kShared, kCopy, kReadyWait, kCountsWait, kPlan, kGpuPlan, kNumFields };
 
 int run_rank(const LayerBenchOptions& opt, int rank, int world, const std::string& id_file) {
   ISER_CHECK(world == opt.num_ranks, "bench moe layer: world {} != -P {}", world, opt.num_ranks);
@@ -111,7 +112,9 @@ int run_rank(const LayerBenchOptions& opt, int rank, int world, const std::strin
   config.top_k = opt.top_k;
   config.tokens_per_rank = opt.tokens;
   Runtime runtime(ep_runtime_config(config), comm);
-  EpMoeLayer layer(config, runtime, comm.get());
+  EpLayerOptions layer_options;
+  layer_options.planner = planner_from_string(opt.planner);
+  EpMoeLayer layer(config, runtime, comm.get(), layer_options);
   layer.fill_weights(opt.seed, 1.0f / std::sqrt(static_cast<float>(opt.shape.hidden)));
 
   const int64_t local_routes = int64_t{opt.tokens} * opt.top_k;
@@ -127,13 +130,17 @@ int run_rank(const LayerBenchOptions& opt, int rank, int world, const std::strin
     fmt::print(
         "# EP MoE layer end to end: {} x {} | EP{} E={} top-{} H={} S={} g_min={} | expert "
         "{}x{} bf16 | tau={} | median of {} (warm-up {}) of the slowest rank per "
-        "iteration; OFF and ON interleaved\n",
+        "iteration; OFF and ON interleaved | planner {}\n",
         world, prop.name, opt.num_ranks, opt.num_experts, opt.top_k, config.topo.experts_per_rank(),
         opt.num_slots, opt.g_min, opt.shape.hidden, opt.shape.intermediate, opt.tokens, opt.iters,
-        opt.warmup);
-    fmt::print("{:<10} {:>6} {:>6} {:>9} {:>9} {:>8} {:>9} {:>9} {:>9} {:>9} {:>9} {:>6}\n",
-               "routing", "R_off", "R_on", "off_ms", "on_ms", "on/off", "shared_ms", "copy_ms",
-               "ready_ms", "plan_us", "counts_us", "bitEq");
+        opt.warmup, opt.planner);
+    // plan_us: host time after the counts (host: plan + copy list + routing maps; gpu: decode +
+    // validation + routing maps); gplan_us: the GPU planner + copy-list kernels on COPY (gpu);
+    // counts_us: the host's wait for the counts (gpu: for the counts and the plan).
+    fmt::print(
+        "{:<10} {:>5} {:>6} {:>6} {:>9} {:>9} {:>8} {:>9} {:>9} {:>9} {:>9} {:>9} {:>9} {:>6}\n",
+        "routing", "plan", "R_off", "R_on", "off_ms", "on_ms", "on/off", "shared_ms", "copy_ms",
+        "ready_ms", "plan_us", "gplan_us", "counts_us", "bitEq");
   }
   for (const std::string& routing : opt.routings) {
     ISER_CHECK(routing == "power-law" || routing == "balanced",
@@ -175,6 +182,8 @@ int run_rank(const LayerBenchOptions& opt, int rank, int world, const std::strin
         f[kReadyWait] = t.ready_wait_ms;
         f[kCountsWait] = static_cast<float>(t.counts_wait_us);
         f[kPlan] = static_cast<float>(t.plan_us);
+        f[kGpuPlan] = t.gpu_plan_ms * 1000.0f;
+        ISER_CHECK(!t.plan_rejected, "bench moe layer: the GPU plan was rejected (see stderr)");
       }
     }
     {
@@ -204,11 +213,11 @@ int run_rank(const LayerBenchOptions& opt, int rank, int world, const std::strin
     const double r_off = imbalance_ratio(counts.home_loads(config.topo));
     const float off_ms = med(0, kLayer), on_ms = med(1, kLayer);
     fmt::print(
-        "{:<10} {:>6.3f} {:>6.3f} {:>9.3f} {:>9.3f} {:>+7.2f}% {:>9.3f} {:>9.3f} {:>9.3f} "
-        "{:>9.1f} {:>9.1f} {:>6}\n",
-        routing, r_off, r_on, off_ms, on_ms, 100.0 * (on_ms / off_ms - 1), med(1, kShared),
-        med(1, kCopy), med(1, kReadyWait), med(1, kPlan), med(1, kCountsWait),
-        fields.back() == 0.0f ? "yes" : "NO");
+        "{:<10} {:>5} {:>6.3f} {:>6.3f} {:>9.3f} {:>9.3f} {:>+7.2f}% {:>9.3f} {:>9.3f} {:>9.3f} "
+        "{:>9.1f} {:>9.1f} {:>9.1f} {:>6}\n",
+        routing, opt.planner, r_off, r_on, off_ms, on_ms, 100.0 * (on_ms / off_ms - 1),
+        med(1, kShared), med(1, kCopy), med(1, kReadyWait), med(1, kPlan), med(1, kGpuPlan),
+        med(1, kCountsWait), fields.back() == 0.0f ? "yes" : "NO");
     std::fflush(stdout);
   }
   return 0;
@@ -233,6 +242,8 @@ int layer_main(const std::vector<std::string>& args,
   app.add_option("-w,--warmup", opt.warmup, "warm-up iterations");
   app.add_option("-n,--iters", opt.iters, "timed iterations (median)");
   app.add_option("--seed", opt.seed, "routing / weight seed");
+  app.add_option("--planner", opt.planner, "who plans ON invocations: host or gpu")
+      ->check(CLI::IsMember({"host", "gpu"}));
   try {
     std::vector<std::string> reversed(args.rbegin(), args.rend());
     app.parse(reversed);

@@ -2,14 +2,18 @@
 #include <cuda_runtime.h>
 #include <nccl.h>
 
+#include <algorithm>
 #include <chrono>
 #include <cstdio>
+#include <cstring>
 #include <functional>
+#include <string>
 #include <vector>
 
 #include "cuda/moe_kernels.h"
 #include "iser/counts.h"
 #include "iser/error.h"
+#include "iser/gpu_planner.h"
 #include "iser/moe_ep_layer.h"
 #include "iser/policy.h"
 #include "iser/rewrite.h"
@@ -44,7 +48,47 @@ double since_us(std::chrono::steady_clock::time_point start) {
       .count();
 }
 
+// The GPU-planned invocation's device block, read back to the host in one copy after the plan:
+//   [0]              ops plan_copy_list took from the plan (its num_ops word)
+//   [ops_offset]     CopyOp[max_ops], the replicate kernel's copy list (null ops after the plan's)
+//   [matrix_offset]  the exchanged counts [P][E] (the count exchange writes them here)
+//   [plan_offset]    the plan (GpuPlanLayout words)
+// The read-back stops before the plan's rewrite tables, which the host does not decode.
+struct PlanBlock {
+  static constexpr int kAlignWords = 32;  // 128 bytes
+  int max_ops = 0;
+  int ops_offset = 0;
+  int matrix_offset = 0;
+  int plan_offset = 0;
+  int readback_words = 0;
+  int total_words = 0;
+
+  static int align(int words) { return (words + kAlignWords - 1) / kAlignWords * kAlignWords; }
+  static PlanBlock make(const GpuPlanLayout& layout) {
+    static_assert(sizeof(CopyOp) % sizeof(int32_t) == 0);
+    constexpr int kOpWords = sizeof(CopyOp) / sizeof(int32_t);
+    PlanBlock b;
+    b.max_ops = layout.max_broadcasts;
+    b.ops_offset = 1;
+    b.matrix_offset = align(b.ops_offset + b.max_ops * kOpWords);
+    b.plan_offset = align(b.matrix_offset + layout.num_ranks * layout.num_experts);
+    b.readback_words = b.plan_offset + layout.expert_broadcast();
+    b.total_words = b.plan_offset + layout.total_words();
+    return b;
+  }
+};
+
 }  // namespace
+
+std::string_view to_string(PlannerKind planner) {
+  return planner == PlannerKind::kGpu ? "gpu" : "host";
+}
+
+PlannerKind planner_from_string(std::string_view name) {
+  if (name == "host") return PlannerKind::kHost;
+  if (name == "gpu") return PlannerKind::kGpu;
+  throw Error(fmt::format("planner '{}': expected host or gpu", name));
+}
 
 RuntimeConfig ep_runtime_config(const LayerConfig& config) {
   RuntimeConfig rc;
@@ -63,7 +107,9 @@ struct EpMoeLayer::Impl {
   Runtime* runtime = nullptr;
   ncclComm_t comm = nullptr;
   int rank = 0;
+  EpLayerOptions options;
   cudaStream_t main = nullptr, copy = nullptr;
+  cudaStream_t readback = nullptr;  // gpu planner: plan read-back beside the replication
   std::unique_ptr<Policy> policy;
   std::unique_ptr<GroupedMlp> mlp;         // H + S slots
   std::unique_ptr<GroupedMlp> shared_mlp;  // one slot over all local tokens
@@ -73,16 +119,24 @@ struct EpMoeLayer::Impl {
   DeviceBuffer count_row, count_matrix, ops, slot_expert, fallback_slots;
   std::function<void(Stream)> copy_hook;  // fault injection (tests): before each replicate
   int32_t* matrix_host = nullptr;         // pinned [P][E]
+  // gpu planner only: the planner, its device block (PlanBlock) and the block's pinned mirror.
+  std::unique_ptr<GpuPlanner> gpu_planner;
+  PlanBlock block;
+  DeviceBuffer plan_block;
+  int32_t* block_host = nullptr;
   Event start, shared_begin, shared_end, copy_begin, copy_end, gate_begin, gate_end, end,
-      counts_ready;
+      counts_ready, plan_begin, plan_ready;
   uint64_t epoch = 0;
   uint64_t generation = 0;
   bool pending = false;
   bool last_balanced = false;
+  bool last_gpu_planned = false;
   EpLayerTimings host_times;
 
   ~Impl() {
     if (matrix_host != nullptr) cudaFreeHost(matrix_host);
+    if (block_host != nullptr) cudaFreeHost(block_host);
+    if (readback != nullptr) cudaStreamDestroy(readback);
     if (copy != nullptr) cudaStreamDestroy(copy);
     if (main != nullptr) cudaStreamDestroy(main);
   }
@@ -98,7 +152,91 @@ struct EpMoeLayer::Impl {
   // MAIN, right after the READY gate: refills this rank's helper slots that the gate did not
   // validate from their experts' home bundles (owner's symmetric memory), counting them.
   void launch_fallback(const std::vector<CopyOp>& ops);
+  // gpu planner, COPY stream right after the count exchange into the block: plan, copy list,
+  // `plan_ready`, then the replication; the read-back stream copies the block to the host
+  // after `plan_ready` and records `counts_ready`.
+  void enqueue_gpu_plan();
+  // The plan -> copy-list kernel's params for the block's plan and ops.
+  cuda::PlanCopyListParams copy_list_params() const;
+  // gpu planner, host, after `counts_ready`: decodes and checks the plan the device replicated.
+  // Returns false (logged; `plan` = no balancing, `ops` empty) when it cannot be used.
+  bool accept_gpu_plan(const CountMatrix& counts, Plan& plan, std::vector<CopyOp>& ops) const;
+  int32_t* block_words() const { return plan_block.get<int32_t>(); }
+  CopyOp* block_ops() const { return reinterpret_cast<CopyOp*>(block_words() + block.ops_offset); }
 };
+
+cuda::PlanCopyListParams EpMoeLayer::Impl::copy_list_params() const {
+  cuda::PlanCopyListParams params;
+  params.plan = block_words() + block.plan_offset;
+  params.broadcasts_offset = gpu_planner->layout().broadcasts();
+  params.max_ops = block.max_ops;
+  params.num_ranks = config.topo.num_ranks;
+  params.experts_per_rank = config.topo.experts_per_rank();
+  params.num_slots = config.topo.num_slots;
+  params.ops = block_ops();
+  params.num_ops = block_words();
+  return params;
+}
+
+void EpMoeLayer::Impl::enqueue_gpu_plan() {
+  plan_begin.record(copy);
+  gpu_planner->plan(block_words() + block.matrix_offset, block_words() + block.plan_offset, copy);
+  cuda::launch_plan_copy_list(copy_list_params(), copy);
+  plan_ready.record(copy);
+
+  ISER_CUDA_CHECK(cudaStreamWaitEvent(readback, plan_ready.get()));
+  ISER_CUDA_CHECK(cudaMemcpyAsync(block_host, block_words(),
+                                  static_cast<size_t>(block.readback_words) * sizeof(int32_t),
+                                  cudaMemcpyDeviceToHost, readback));
+  counts_ready.record(readback);
+
+  // NOTE: max_ops, not the plan's B: the host does not know B yet; the entries past B are null
+  // ops, which no rank writes (see PlanCopyListParams), and READY is published all the same.
+  ++generation;
+  if (copy_hook) copy_hook(copy);
+  copy_begin.record(copy);
+  runtime->replicate(block_ops(), block.max_ops, 0, generation, Transport::kPlan, copy);
+  copy_end.record(copy);
+}
+
+bool EpMoeLayer::Impl::accept_gpu_plan(const CountMatrix& counts, Plan& plan,
+                                       std::vector<CopyOp>& ops) const {
+  const GpuPlanLayout& layout = gpu_planner->layout();
+  const std::span<const int32_t> words(block_host + block.plan_offset, layout.total_words());
+  const auto status = static_cast<uint32_t>(words[GpuPlanLayout::kStatus]);
+  std::string problem;
+  if (status != kGpuOk) {
+    problem = "planner status " + describe_gpu_status(status);
+  } else {
+    try {
+      plan = plan_from_words(layout, words);
+      const std::vector<std::string> issues =
+          validate_plan(config.topo, counts, plan, policy->validation());
+      if (!issues.empty()) {
+        problem = "invalid plan: " + issues.front();
+      } else {
+        ops = make_copy_list(plan);
+        validate_copy_list(runtime->config(), ops);
+        const int32_t device_ops = block_host[0];
+        const auto* device_list = reinterpret_cast<const CopyOp*>(block_host + block.ops_offset);
+        if (device_ops != static_cast<int32_t>(ops.size()) ||
+            (!ops.empty() &&
+             std::memcmp(device_list, ops.data(), ops.size() * sizeof(CopyOp)) != 0)) {
+          problem = fmt::format("the device copy list ({} ops) is not the plan's ({} ops)",
+                                device_ops, ops.size());
+        }
+      }
+    } catch (const std::exception& e) {
+      problem = e.what();
+    }
+  }
+  if (problem.empty()) return true;
+  std::fprintf(stderr, "iser: ep layer rank %d: GPU plan rejected (%s); invocation unbalanced\n",
+               rank, problem.c_str());
+  plan = make_empty_plan(config.topo, counts);
+  ops.clear();
+  return false;
+}
 
 void EpMoeLayer::Impl::launch_fallback(const std::vector<CopyOp>& ops) {
   const Topology& topo = config.topo;
@@ -147,7 +285,8 @@ void EpMoeLayer::Impl::send_recv(const DeviceBuffer& from, const std::vector<int
   ISER_NCCL_CHECK(ncclGroupEnd());
 }
 
-EpMoeLayer::EpMoeLayer(const LayerConfig& config, Runtime& runtime, ncclComm* comm)
+EpMoeLayer::EpMoeLayer(const LayerConfig& config, Runtime& runtime, ncclComm* comm,
+                       const EpLayerOptions& options)
     : impl_(std::make_unique<Impl>()) {
   Impl& s = *impl_;
   const Topology& topo = config.topo;
@@ -168,6 +307,7 @@ EpMoeLayer::EpMoeLayer(const LayerConfig& config, Runtime& runtime, ncclComm* co
   s.config = config;
   s.runtime = &runtime;
   s.comm = comm;
+  s.options = options;
   s.rank = runtime.first_rank();
   int least = 0, greatest = 0;
   ISER_CUDA_CHECK(cudaDeviceGetStreamPriorityRange(&least, &greatest));
@@ -199,6 +339,25 @@ EpMoeLayer::EpMoeLayer(const LayerConfig& config, Runtime& runtime, ncclComm* co
              cuda::FallbackCopyConfig::kMaxSlots);
   ISER_CUDA_CHECK(
       cudaMallocHost(&s.matrix_host, static_cast<size_t>(topo.num_ranks) * topo.num_experts * 4));
+  if (options.planner == PlannerKind::kGpu) {
+    // Refuses policies the GPU planner does not reproduce (iser::Error naming the policy).
+    s.gpu_planner = std::make_unique<GpuPlanner>(topo, config.tokens_per_rank * config.top_k,
+                                                 gpu_planner_options(config.policy));
+    s.block = PlanBlock::make(s.gpu_planner->layout());
+    ISER_CHECK(s.block.max_ops <= kMaxLocalCopyOps,
+               "ep layer: the GPU plan may hold {} broadcasts; the copy list holds at most {}",
+               s.block.max_ops, kMaxLocalCopyOps);
+    s.plan_block = DeviceBuffer(static_cast<size_t>(s.block.total_words) * sizeof(int32_t));
+    ISER_CUDA_CHECK(cudaMemset(s.plan_block.get(), 0, s.plan_block.bytes()));
+    ISER_CUDA_CHECK(cudaMallocHost(&s.block_host, s.plan_block.bytes()));
+    ISER_CUDA_CHECK(cudaStreamCreateWithPriority(&s.readback, cudaStreamNonBlocking, greatest));
+    // NOTE: one plan of the zeroed block (no broadcasts) loads the planner and copy-list kernels
+    // now: with lazy module loading their first launch could otherwise wait for a stalled copy.
+    s.gpu_planner->plan(s.block_words() + s.block.matrix_offset,
+                        s.block_words() + s.block.plan_offset, s.copy);
+    cuda::launch_plan_copy_list(s.copy_list_params(), s.copy);
+    ISER_CUDA_CHECK(cudaStreamSynchronize(s.copy));
+  }
 
   // Slot weights: home bundles and helper slots of the runtime's symmetric memory (bundle =
   // w13 then w2, see fill_weights), the shared expert in its own bank.
@@ -220,6 +379,7 @@ EpMoeLayer::EpMoeLayer(const LayerConfig& config, Runtime& runtime, ncclComm* co
 EpMoeLayer::~EpMoeLayer() {
   if (impl_ && impl_->main != nullptr) cudaStreamSynchronize(impl_->main);
   if (impl_ && impl_->copy != nullptr) cudaStreamSynchronize(impl_->copy);
+  if (impl_ && impl_->readback != nullptr) cudaStreamSynchronize(impl_->readback);
 }
 
 void EpMoeLayer::fill_weights(uint64_t seed, float scale) {
@@ -269,34 +429,45 @@ LayerInvocationStats EpMoeLayer::forward(const void* input, std::span<const int3
     ISER_CUDA_CHECK(cudaEventSynchronize(s.end.get()));
     ISER_CUDA_CHECK(cudaStreamSynchronize(s.copy));  // the replicate kernel read the copy list
   }
+  const bool gpu_planned = balance && s.gpu_planner != nullptr;
   s.pending = true;
   s.last_balanced = balance;
+  s.last_gpu_planned = gpu_planned;
   s.host_times = {};
 
-  // COPY: count exchange right after routing.
+  // COPY: count exchange right after routing; gpu planner: plan and replication right after it.
   s.start.record(s.main);
   ISER_CUDA_CHECK(cudaStreamWaitEvent(s.copy, s.start.get()));
   ISER_CUDA_CHECK(cudaMemcpyAsync(s.count_row.get(), row.data(), row.size() * 4,
                                   cudaMemcpyHostToDevice, s.copy));
-  s.runtime->exchange_counts(s.count_row.get<int32_t>(), s.count_matrix.get<int32_t>(), ++s.epoch,
-                             s.copy);
-  ISER_CUDA_CHECK(cudaMemcpyAsync(s.matrix_host, s.count_matrix.get(),
-                                  static_cast<size_t>(num_ranks) * num_experts * 4,
-                                  cudaMemcpyDeviceToHost, s.copy));
-  s.counts_ready.record(s.copy);
+  int32_t* device_matrix =
+      gpu_planned ? s.block_words() + s.block.matrix_offset : s.count_matrix.get<int32_t>();
+  s.runtime->exchange_counts(s.count_row.get<int32_t>(), device_matrix, ++s.epoch, s.copy);
+  const int32_t* matrix_host = s.matrix_host;
+  if (gpu_planned) {
+    s.enqueue_gpu_plan();
+    matrix_host = s.block_host + s.block.matrix_offset;
+  } else {
+    ISER_CUDA_CHECK(cudaMemcpyAsync(s.matrix_host, s.count_matrix.get(),
+                                    static_cast<size_t>(num_ranks) * num_experts * 4,
+                                    cudaMemcpyDeviceToHost, s.copy));
+    s.counts_ready.record(s.copy);
+  }
 
-  // MAIN: the shared expert, beside the count exchange and the planner.
+  // MAIN: the shared expert, beside the count exchange and the planner. gpu planner: the only
+  // wait on COPY before the READY gate is for the plan (its copy list feeds the gate).
   s.shared_begin.record(s.main);
   s.shared_mlp->run(input, std::vector<int32_t>{tau}, s.shared_out.get(), s.main);
   s.shared_end.record(s.main);
+  if (gpu_planned) ISER_CUDA_CHECK(cudaStreamWaitEvent(s.main, s.plan_ready.get()));
 
-  // Host: plan from the exchanged counts.
+  // Host: plan from the exchanged counts (gpu planner: decode the device's plan).
   auto clock = std::chrono::steady_clock::now();
   ISER_CUDA_CHECK(cudaEventSynchronize(s.counts_ready.get()));
   s.host_times.counts_wait_us = since_us(clock);
   clock = std::chrono::steady_clock::now();
   CountMatrix counts(num_ranks, num_experts);
-  std::copy(s.matrix_host, s.matrix_host + static_cast<size_t>(num_ranks) * num_experts,
+  std::copy(matrix_host, matrix_host + static_cast<size_t>(num_ranks) * num_experts,
             counts.data().begin());
   for (int e = 0; e < num_experts; ++e) {
     ISER_CHECK(counts.at(s.rank, e) == row[e],
@@ -304,19 +475,18 @@ LayerInvocationStats EpMoeLayer::forward(const void* input, std::span<const int3
                e, counts.at(s.rank, e), row[e]);
   }
   LayerInvocationStats stats;
-  stats.plan = balance ? s.policy->plan(counts).plan : make_empty_plan(topo, counts);
-  if (balance) check_plan(topo, counts, stats.plan, s.policy->validation());
-
-  // COPY: replication of the plan's experts into the groups' helper slots.
   std::vector<CopyOp> ops;
-  if (balance) {
+  if (gpu_planned) {
+    s.host_times.plan_rejected = !s.accept_gpu_plan(counts, stats.plan, ops);
+  } else {
+    stats.plan = balance ? s.policy->plan(counts).plan : make_empty_plan(topo, counts);
+    if (balance) check_plan(topo, counts, stats.plan, s.policy->validation());
+  }
+
+  // COPY (host planner): replication of the plan's experts into the groups' helper slots.
+  if (balance && !gpu_planned) {
     ops = make_copy_list(stats.plan);
     validate_copy_list(s.runtime->config(), ops);
-    for (const CopyOp& op : ops) {
-      const bool owner_inside =
-          op.owner >= op.group_begin && op.owner < op.group_begin + op.group_size;
-      stats.remote_copies += op.group_size - (owner_inside ? 1 : 0);
-    }
     if (!ops.empty()) {
       ISER_CUDA_CHECK(
           cudaMemcpy(s.ops.get(), ops.data(), ops.size() * sizeof(CopyOp), cudaMemcpyHostToDevice));
@@ -327,6 +497,11 @@ LayerInvocationStats EpMoeLayer::forward(const void* input, std::span<const int3
     s.runtime->replicate(s.ops.get<CopyOp>(), static_cast<int>(ops.size()), 0, s.generation,
                          Transport::kPlan, s.copy);
     s.copy_end.record(s.copy);
+  }
+  for (const CopyOp& op : ops) {
+    const bool owner_inside =
+        op.owner >= op.group_begin && op.owner < op.group_begin + op.group_size;
+    stats.remote_copies += op.group_size - (owner_inside ? 1 : 0);
   }
 
   // Host: routing maps (who sends what where, in which slot order).
@@ -368,8 +543,11 @@ LayerInvocationStats EpMoeLayer::forward(const void* input, std::span<const int3
   if (balance) {
     ISER_CUDA_CHECK(cudaMemsetAsync(s.fallback_slots.get(), 0, sizeof(uint32_t), s.main));
     s.gate_begin.record(s.main);
-    s.runtime->ready_gate(s.ops.get<CopyOp>(), static_cast<int>(ops.size()), s.generation,
-                          s.slot_expert.get<int32_t>(), s.main);
+    // gpu planner: the device list's first ops.size() entries are `ops` (checked above); a
+    // rejected plan gates on none, so no route uses a helper slot.
+    s.runtime->ready_gate(gpu_planned ? s.block_ops() : s.ops.get<CopyOp>(),
+                          static_cast<int>(ops.size()), s.generation, s.slot_expert.get<int32_t>(),
+                          s.main);
     s.gate_end.record(s.main);
     s.launch_fallback(ops);
     s.mlp->run(s.rows(s.x_expert, num_home_rows), helper_rows, s.rows(s.y_expert, num_home_rows),
@@ -423,6 +601,7 @@ EpLayerTimings EpMoeLayer::finish() {
     t.copy_ms = elapsed_ms(s.copy_begin, s.copy_end);
     t.ready_wait_ms = elapsed_ms(s.gate_begin, s.gate_end);
   }
+  if (s.last_gpu_planned) t.gpu_plan_ms = elapsed_ms(s.plan_begin, s.plan_ready);
   return t;
 }
 

@@ -3,6 +3,7 @@
 // identical across generations of the helper bank, and when a stalled copy makes the READY gate
 // give up (the layer refills the slots from home bundles).
 #include <cstring>
+#include <memory>
 #include <vector>
 
 #include <gtest/gtest.h>
@@ -72,11 +73,101 @@ TEST(MoeEpLayer, TwoRanksOnAndOffBitwiseIdentical) {
   }
 }
 
+// The GPU-planned mode: the plan the device made (decoded on the host) is the host planner's plan
+// on the same counts, bit for bit, and the output is the host-planned ON output and OFF's, bit
+// for bit, over two generations of the helper bank. One runtime per layer (each layer numbers
+// its generations from 1), destroyed only after both ranks are done with its memory.
+TEST(MoeEpLayer, GpuPlannerMatchesHostPlannerBitwise) {
+  ISER_AS_RANKS(2, 300);
+  Communicator comm = Communicator::from_unique_id_file(env->id_file, env->rank, env->world);
+  LayerConfig config;
+  config.topo = Topology::make(2, 16, 2, /*g_min=*/2);
+  config.shape = {2048, 1024};
+  config.top_k = 4;
+  config.tokens_per_rank = 256;
+  const int tau = config.tokens_per_rank;
+  const int top_k = config.top_k;
+  std::vector<int32_t> all_ids;
+  std::vector<float> all_weights;
+  testing::make_routes(2 * tau, top_k, config.topo.num_experts, all_ids, all_weights);
+  const std::vector<int32_t> ids(all_ids.begin() + env->rank * tau * top_k,
+                                 all_ids.begin() + (env->rank + 1) * tau * top_k);
+  const std::vector<float> weights(all_weights.begin() + env->rank * tau * top_k,
+                                   all_weights.begin() + (env->rank + 1) * tau * top_k);
+  const size_t elems = static_cast<size_t>(tau) * config.shape.hidden;
+  DeviceBuffer input(elems * 2), out(elems * 2), barrier(sizeof(float));
+  cuda::launch_fill_uniform({input.get<uint16_t>(), static_cast<int64_t>(elems),
+                             99 + static_cast<uint64_t>(env->rank), 1.0f},
+                            nullptr);
+  ISER_CUDA_CHECK(cudaDeviceSynchronize());
+  const auto rank_barrier = [&] {
+    ISER_NCCL_CHECK(
+        ncclAllReduce(barrier.get(), barrier.get(), 1, ncclFloat, ncclSum, comm.get(), nullptr));
+    ISER_CUDA_CHECK(cudaDeviceSynchronize());
+  };
+  // One invocation: returns its stats and timings, the output in `result`.
+  const auto invoke = [&](EpMoeLayer& layer, bool balance, std::vector<uint16_t>& result,
+                          EpLayerTimings* timings = nullptr) {
+    const LayerInvocationStats stats = layer.forward(input.get(), ids, weights, balance, out.get());
+    const EpLayerTimings t = layer.finish();
+    if (timings != nullptr) *timings = t;
+    result = testing::download(out.get(), elems);
+    return stats;
+  };
+
+  std::vector<uint16_t> off, host_on, gpu_on, gpu_again, gpu_off;
+  LayerInvocationStats host_stats, gpu_stats, gpu_stats_again;
+  EpLayerTimings gpu_times, gpu_times_again;
+  for (const PlannerKind planner : {PlannerKind::kHost, PlannerKind::kGpu}) {
+    auto runtime = std::make_unique<Runtime>(ep_runtime_config(config), comm);
+    EpLayerOptions options;
+    options.planner = planner;
+    auto layer = std::make_unique<EpMoeLayer>(config, *runtime, comm.get(), options);
+    layer->fill_weights(21, 1.0f / 45.0f);
+    if (planner == PlannerKind::kHost) {
+      invoke(*layer, false, off);
+      host_stats = invoke(*layer, true, host_on);
+    } else {
+      gpu_stats = invoke(*layer, true, gpu_on, &gpu_times);
+      gpu_stats_again = invoke(*layer, true, gpu_again, &gpu_times_again);  // generation 2
+      invoke(*layer, false, gpu_off);
+    }
+    rank_barrier();  // the peer no longer reads this runtime's memory
+    layer.reset();
+    runtime.reset();
+    rank_barrier();
+  }
+
+  ASSERT_FALSE(host_stats.plan.broadcasts.empty()) << "the routing must be skewed enough";
+  EXPECT_FALSE(gpu_times.plan_rejected);
+  EXPECT_FALSE(gpu_times_again.plan_rejected);
+  EXPECT_TRUE(gpu_stats.plan == host_stats.plan) << "GPU plan != host plan";
+  EXPECT_TRUE(gpu_stats_again.plan == host_stats.plan) << "GPU plan != host plan (generation 2)";
+  EXPECT_EQ(gpu_stats.remote_copies, host_stats.remote_copies);
+  EXPECT_EQ(gpu_stats.helper_routes, host_stats.helper_routes);
+  EXPECT_GT(gpu_times.gpu_plan_ms, 0.0f);
+  EXPECT_GT(gpu_times.copy_ms, 0.0f);
+  EXPECT_EQ(gpu_times.fallback_slots, 0u);
+  const size_t he = config.shape.hidden;
+  const auto same = [&](const std::vector<uint16_t>& a, const std::vector<uint16_t>& b,
+                        const char* what) {
+    for (int t = 0; t < tau; ++t) {
+      ASSERT_EQ(0, std::memcmp(a.data() + t * he, b.data() + t * he, he * 2))
+          << "rank " << env->rank << " token " << t << ": " << what;
+    }
+  };
+  same(off, host_on, "OFF != host-planned ON");
+  same(host_on, gpu_on, "host-planned ON != GPU-planned ON");
+  same(gpu_on, gpu_again, "GPU-planned ON differs between generations");
+  same(off, gpu_off, "OFF differs between the layers");
+}
+
 // Rank 0's COPY stream stalls before replicating, longer than the READY timeout: every gate gives
 // up on rank 0's replicas, the layer refills those helper slots from the home bundles, and the
 // output is still OFF's, bit for bit; the next ON invocation (no stall) is normal again.
-TEST(MoeEpLayer, StalledCopyFallsBackToHomeBundles) {
-  ISER_AS_RANKS(2, 300);
+// With the GPU planner the stall sits after the plan on COPY (MAIN waits only for the plan).
+void stalled_copy_falls_back(const RankEnv& rank_env, PlannerKind planner) {
+  const RankEnv* env = &rank_env;
   Communicator comm = Communicator::from_unique_id_file(env->id_file, env->rank, env->world);
   LayerConfig config;
   config.topo = Topology::make(2, 16, 2, /*g_min=*/2);
@@ -88,7 +179,9 @@ TEST(MoeEpLayer, StalledCopyFallsBackToHomeBundles) {
   RuntimeConfig runtime_config = ep_runtime_config(config);
   runtime_config.timeout_us = 200'000;  // the gate gives up long before the stall ends
   Runtime runtime(runtime_config, comm);
-  EpMoeLayer layer(config, runtime, comm.get());
+  EpLayerOptions options;
+  options.planner = planner;
+  EpMoeLayer layer(config, runtime, comm.get(), options);
   layer.fill_weights(21, 1.0f / 45.0f);
 
   std::vector<int32_t> all_ids;
@@ -153,6 +246,18 @@ TEST(MoeEpLayer, StalledCopyFallsBackToHomeBundles) {
     ASSERT_EQ(0, std::memcmp(a.data() + t * he, c.data() + t * he, he * 2))
         << "rank " << env->rank << " token " << t << " differs between OFF and the next ON";
   }
+  EXPECT_FALSE(stalled.plan_rejected);
+  EXPECT_FALSE(again.plan_rejected);
+}
+
+TEST(MoeEpLayer, StalledCopyFallsBackToHomeBundles) {
+  ISER_AS_RANKS(2, 300);
+  stalled_copy_falls_back(*env, PlannerKind::kHost);
+}
+
+TEST(MoeEpLayer, StalledCopyFallsBackToHomeBundlesGpuPlanner) {
+  ISER_AS_RANKS(2, 300);
+  stalled_copy_falls_back(*env, PlannerKind::kGpu);
 }
 
 }  // namespace
