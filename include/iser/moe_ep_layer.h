@@ -61,7 +61,9 @@ std::string_view to_string(PlannerKind planner);
 PlannerKind planner_from_string(std::string_view name);  // "host" | "gpu", else iser::Error
 
 struct EpLayerOptions {
-  PlannerKind planner = PlannerKind::kHost;
+  // kGpu (default): plan on the COPY stream, no host round trip before the replication; kHost:
+  // the CPU reference planner (every policy, any tau * k).
+  PlannerKind planner = PlannerKind::kGpu;
 };
 
 class EpMoeLayer {

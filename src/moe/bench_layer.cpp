@@ -48,7 +48,7 @@ struct LayerBenchOptions {
   int warmup = 3;
   int iters = 20;
   uint64_t seed = 1;
-  std::string planner = "host";  // who plans ON invocations: host | gpu (EpLayerOptions)
+  std::string planner = "gpu";  // who plans ON invocations: gpu | host (EpLayerOptions)
 };
 
 // Spawns the ranks and waits for them; returns 0 when every rank exited with 0.
@@ -242,7 +242,7 @@ int layer_main(const std::vector<std::string>& args,
   app.add_option("-w,--warmup", opt.warmup, "warm-up iterations");
   app.add_option("-n,--iters", opt.iters, "timed iterations (median)");
   app.add_option("--seed", opt.seed, "routing / weight seed");
-  app.add_option("--planner", opt.planner, "who plans ON invocations: host or gpu")
+  app.add_option("--planner", opt.planner, "who plans ON invocations: gpu (default) or host")
       ->check(CLI::IsMember({"host", "gpu"}));
   try {
     std::vector<std::string> reversed(args.rbegin(), args.rend());
