@@ -4,7 +4,7 @@
 # planner, then the planner, EP-layer and E3 benchmarks. Each step gets what is left of the budget;
 # a step that cannot start in time is reported as skipped. Logs and JSON go to $OUT.
 # SKIP: space-separated steps to leave out (san planner moe_layer e3); LAYER_ARGS / E3_ARGS replace
-# the EP-layer / E3 benchmark flags.
+# the EP-layer / E3 benchmark flags; SAN_FILTER the tests run under compute-sanitizer.
 export NCCL_NVLS_ENABLE=0 TORCH_SYMM_MEM_DISABLE_MULTICAST=1 NVSHMEM_DISABLE_NVLS=1
 export ISER_SHARED_DATA=${ISER_SHARED_DATA:-$PWD/../shared/data}
 export ISER_DATA_DIR=${ISER_DATA_DIR:-$PWD/data}
@@ -39,7 +39,7 @@ step ctest 200 ctest --test-dir $B -L gpu --output-on-failure --timeout 150
 grep -E "GPU ==|GPU iser|tests passed|tests failed|\*\*\*Failed|Failed  |Not Run" $O/ctest.log | tail -20
 T=$B/tests/iser_gpu_tests
 SAN=/usr/local/cuda/bin/compute-sanitizer
-F='GpuPlannerIser.MatchesCpuOnRandomSkewedTokens:GpuPlanner.MatchesCpuOnRandomSkewedTokens:GpuPlanner.RunsInsideACudaGraph:GpuPlanner.ReportsBadInputsInStatusWords'
+F=${SAN_FILTER:-'GpuPlannerIser.MatchesCpuOnRandomSkewedTokens:GpuPlanner.MatchesCpuOnRandomSkewedTokens:GpuPlanner.RunsInsideACudaGraph:GpuPlanner.ReportsBadInputsInStatusWords'}
 for tool in racecheck memcheck synccheck; do
   CUDA_VISIBLE_DEVICES=0 ISER_GPU_TEST_SCALE=0.0005 step san_$tool 30 \
     $SAN --tool $tool --error-exitcode 9 $T --gtest_filter=$F
