@@ -94,6 +94,10 @@ class EpMoeLayer {
   // Fault injection (tests): `hook` is called with the COPY stream right before each
   // replication is enqueued (e.g. to stall it); an empty function removes it.
   void set_copy_hook(std::function<void(Stream)> hook);
+  // Fault injection (tests, gpu planner): `hook` is called with the COPY stream and the device
+  // plan words (GpuPlanLayout) right after the GPU planner wrote them, before the copy list is
+  // derived and the plan read back (e.g. to corrupt its status word); empty removes it.
+  void set_plan_hook(std::function<void(Stream, int32_t* plan_words)> hook);
 
  private:
   struct Impl;

@@ -118,7 +118,8 @@ struct EpMoeLayer::Impl {
   DeviceBuffer send_gather, expert_gather, back_gather, route_row, route_weight;
   DeviceBuffer count_row, count_matrix, ops, slot_expert, fallback_slots;
   std::function<void(Stream)> copy_hook;  // fault injection (tests): before each replicate
-  int32_t* matrix_host = nullptr;         // pinned [P][E]
+  std::function<void(Stream, int32_t*)> plan_hook;  // fault injection (tests): after the plan
+  int32_t* matrix_host = nullptr;                   // pinned [P][E]
   // gpu planner only: the planner, its device block (PlanBlock) and the block's pinned mirror.
   std::unique_ptr<GpuPlanner> gpu_planner;
   PlanBlock block;
@@ -181,6 +182,7 @@ cuda::PlanCopyListParams EpMoeLayer::Impl::copy_list_params() const {
 void EpMoeLayer::Impl::enqueue_gpu_plan() {
   plan_begin.record(copy);
   gpu_planner->plan(block_words() + block.matrix_offset, block_words() + block.plan_offset, copy);
+  if (plan_hook) plan_hook(copy, block_words() + block.plan_offset);
   cuda::launch_plan_copy_list(copy_list_params(), copy);
   plan_ready.record(copy);
 
@@ -564,6 +566,10 @@ LayerInvocationStats EpMoeLayer::forward(const void* input, std::span<const int3
       s.main);
   s.end.record(s.main);
   return stats;
+}
+
+void EpMoeLayer::set_plan_hook(std::function<void(Stream, int32_t*)> hook) {
+  impl_->plan_hook = std::move(hook);
 }
 
 void EpMoeLayer::set_copy_hook(std::function<void(Stream)> hook) {

@@ -1,7 +1,8 @@
 // Reference EP MoE layer with one process per GPU (include/iser/moe_ep_layer.h): on 2 GPUs, ON
 // (replicas over NVLink behind the READY gate) and OFF give bitwise-identical outputs, and stay
 // identical across generations of the helper bank, and when a stalled copy makes the READY gate
-// give up (the layer refills the slots from home bundles).
+// give up (the layer refills the slots from home bundles); a GPU plan that fails its checks runs
+// the invocation unbalanced (OFF's output).
 #include <cstring>
 #include <memory>
 #include <vector>
@@ -10,6 +11,7 @@
 #include <nccl.h>
 
 #include "cuda/moe_kernels.h"
+#include "iser/gpu_planner.h"
 #include "iser/moe_ep_layer.h"
 #include "moe/device_buffer.h"
 #include "moe_test_util.h"
@@ -248,6 +250,70 @@ void stalled_copy_falls_back(const RankEnv& rank_env, PlannerKind planner) {
   }
   EXPECT_FALSE(stalled.plan_rejected);
   EXPECT_FALSE(again.plan_rejected);
+}
+
+// A GPU plan that fails its checks (here: a status word set after the planner ran, as a device
+// fault would) is refused on every rank alike: the invocation runs unbalanced, its output is
+// OFF's, it is reported in the timings, and the next invocation plans normally again.
+TEST(MoeEpLayer, RejectedGpuPlanRunsUnbalanced) {
+  ISER_AS_RANKS(2, 300);
+  Communicator comm = Communicator::from_unique_id_file(env->id_file, env->rank, env->world);
+  LayerConfig config;
+  config.topo = Topology::make(2, 16, 2, /*g_min=*/2);
+  config.shape = {2048, 1024};
+  config.top_k = 4;
+  config.tokens_per_rank = 256;
+  const int tau = config.tokens_per_rank;
+  const int top_k = config.top_k;
+  Runtime runtime(ep_runtime_config(config), comm);
+  EpLayerOptions options;
+  options.planner = PlannerKind::kGpu;
+  EpMoeLayer layer(config, runtime, comm.get(), options);
+  layer.fill_weights(21, 1.0f / 45.0f);
+
+  std::vector<int32_t> all_ids;
+  std::vector<float> all_weights;
+  testing::make_routes(2 * tau, top_k, config.topo.num_experts, all_ids, all_weights);
+  const std::vector<int32_t> ids(all_ids.begin() + env->rank * tau * top_k,
+                                 all_ids.begin() + (env->rank + 1) * tau * top_k);
+  const std::vector<float> weights(all_weights.begin() + env->rank * tau * top_k,
+                                   all_weights.begin() + (env->rank + 1) * tau * top_k);
+  const size_t elems = static_cast<size_t>(tau) * config.shape.hidden;
+  DeviceBuffer input(elems * 2), out_off(elems * 2), out_rejected(elems * 2), out_on(elems * 2);
+  DeviceBuffer bad_status(sizeof(int32_t));
+  const int32_t invariant = static_cast<int32_t>(kGpuPlanInvariant);
+  ISER_CUDA_CHECK(
+      cudaMemcpy(bad_status.get(), &invariant, sizeof(int32_t), cudaMemcpyHostToDevice));
+  cuda::launch_fill_uniform({input.get<uint16_t>(), static_cast<int64_t>(elems),
+                             99 + static_cast<uint64_t>(env->rank), 1.0f},
+                            nullptr);
+  ISER_CUDA_CHECK(cudaDeviceSynchronize());
+
+  layer.forward(input.get(), ids, weights, false, out_off.get());
+  layer.finish();
+  layer.set_plan_hook([&](Stream stream, int32_t* plan_words) {
+    ISER_CUDA_CHECK(cudaMemcpyAsync(plan_words + GpuPlanLayout::kStatus, bad_status.get(),
+                                    sizeof(int32_t), cudaMemcpyDeviceToDevice, stream));
+  });
+  const LayerInvocationStats rejected =
+      layer.forward(input.get(), ids, weights, true, out_rejected.get());
+  const EpLayerTimings rejected_times = layer.finish();
+  layer.set_plan_hook({});
+  const LayerInvocationStats on = layer.forward(input.get(), ids, weights, true, out_on.get());
+  const EpLayerTimings on_times = layer.finish();
+
+  EXPECT_TRUE(rejected_times.plan_rejected);
+  EXPECT_TRUE(rejected.plan.broadcasts.empty());
+  EXPECT_EQ(rejected.helper_routes, 0);
+  EXPECT_FALSE(on_times.plan_rejected);
+  ASSERT_FALSE(on.plan.broadcasts.empty()) << "the routing must be skewed enough to replicate";
+  const auto off = testing::download(out_off.get(), elems);
+  const auto bad = testing::download(out_rejected.get(), elems);
+  const auto good = testing::download(out_on.get(), elems);
+  ASSERT_EQ(0, std::memcmp(off.data(), bad.data(), elems * 2))
+      << "rank " << env->rank << ": the rejected invocation's output differs from OFF";
+  ASSERT_EQ(0, std::memcmp(off.data(), good.data(), elems * 2))
+      << "rank " << env->rank << ": the next ON output differs from OFF";
 }
 
 TEST(MoeEpLayer, StalledCopyFallsBackToHomeBundles) {
