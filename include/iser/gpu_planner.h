@@ -63,6 +63,9 @@ struct GpuPlannerOptions {
 // halo-q, owner-home, absorb, halo-q-owner-in. Throws iser::Error for any other policy (resident
 // policies such as resident and iser need the previous plan, which the GPU planner does not keep).
 GpuPlannerOptions gpu_planner_options(std::string_view policy);
+// true when gpu_planner_options(policy) succeeds and a GpuPlanner accepts `topo` with
+// `max_routes_per_rank` routes (the limits above); never throws.
+bool gpu_planner_covers(std::string_view policy, const Topology& topo, int64_t max_routes_per_rank);
 
 // Flat plan layout in device memory: int32 words at these offsets. Header words, then
 //   loads[P]                          routes each rank computes after planning

@@ -56,14 +56,17 @@ struct EpLayerTimings {
 };
 
 // Who plans an ON invocation (see above).
-enum class PlannerKind : uint8_t { kHost = 0, kGpu = 1 };
+// kAuto resolves at construction: kGpu where the GPU planner covers the policy and the shape
+// (gpu_planner_covers), else kHost.
+enum class PlannerKind : uint8_t { kHost = 0, kGpu = 1, kAuto = 2 };
 std::string_view to_string(PlannerKind planner);
-PlannerKind planner_from_string(std::string_view name);  // "host" | "gpu", else iser::Error
+PlannerKind planner_from_string(std::string_view name);  // "host" | "gpu" | "auto", else Error
 
 struct EpLayerOptions {
-  // kGpu (default): plan on the COPY stream, no host round trip before the replication; kHost:
-  // the CPU reference planner (every policy, any tau * k).
-  PlannerKind planner = PlannerKind::kGpu;
+  // kAuto (default): the GPU planner on the COPY stream (no host round trip before the
+  // replication) where it covers the policy and the shape, the CPU reference planner elsewhere.
+  // kGpu insists on the GPU planner (iser::Error where it cannot); kHost always plans on the CPU.
+  PlannerKind planner = PlannerKind::kAuto;
 };
 
 class EpMoeLayer {
@@ -98,6 +101,8 @@ class EpMoeLayer {
   // plan words (GpuPlanLayout) right after the GPU planner wrote them, before the copy list is
   // derived and the plan read back (e.g. to corrupt its status word); empty removes it.
   void set_plan_hook(std::function<void(Stream, int32_t* plan_words)> hook);
+  // The planner in use (kAuto resolved): kGpu or kHost.
+  PlannerKind planner() const;
 
  private:
   struct Impl;

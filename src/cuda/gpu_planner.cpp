@@ -34,6 +34,18 @@ std::string describe_gpu_status(uint32_t status) {
   return text;
 }
 
+bool gpu_planner_covers(std::string_view policy, const Topology& topo,
+                        int64_t max_routes_per_rank) {
+  const bool known = policy == "halo-q" || policy == "owner-home" || policy == "absorb" ||
+                     policy == "halo-q-owner-in";
+  const int num_ranks = topo.num_ranks;
+  const int num_experts = topo.num_experts;
+  return known && num_ranks >= 2 && num_ranks <= kGpuMaxRanks && num_experts >= num_ranks &&
+         num_experts <= kGpuMaxExperts && num_experts % num_ranks == 0 && topo.num_slots >= 0 &&
+         topo.num_slots <= kGpuMaxSlots && topo.g_min >= 1 && max_routes_per_rank >= 1 &&
+         max_routes_per_rank <= kGpuMaxRoutesPerRank;
+}
+
 GpuPlannerOptions gpu_planner_options(std::string_view policy) {
   GpuPlannerOptions options;
   if (policy == "halo-q") return options;

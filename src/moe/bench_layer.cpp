@@ -48,7 +48,7 @@ struct LayerBenchOptions {
   int warmup = 3;
   int iters = 20;
   uint64_t seed = 1;
-  std::string planner = "gpu";  // who plans ON invocations: gpu | host (EpLayerOptions)
+  std::string planner = "auto";  // who plans ON invocations: auto | gpu | host (EpLayerOptions)
 };
 
 // Spawns the ranks and waits for them; returns 0 when every rank exited with 0.
@@ -133,7 +133,7 @@ int run_rank(const LayerBenchOptions& opt, int rank, int world, const std::strin
         "iteration; OFF and ON interleaved | planner {}\n",
         world, prop.name, opt.num_ranks, opt.num_experts, opt.top_k, config.topo.experts_per_rank(),
         opt.num_slots, opt.g_min, opt.shape.hidden, opt.shape.intermediate, opt.tokens, opt.iters,
-        opt.warmup, opt.planner);
+        opt.warmup, to_string(layer.planner()));
     // plan_us: host time after the counts (host: plan + copy list + routing maps; gpu: decode +
     // validation + routing maps); gplan_us: the GPU planner + copy-list kernels on COPY (gpu);
     // counts_us: the host's wait for the counts (gpu: for the counts and the plan).
@@ -215,9 +215,9 @@ int run_rank(const LayerBenchOptions& opt, int rank, int world, const std::strin
     fmt::print(
         "{:<10} {:>5} {:>6.3f} {:>6.3f} {:>9.3f} {:>9.3f} {:>+7.2f}% {:>9.3f} {:>9.3f} {:>9.3f} "
         "{:>9.1f} {:>9.1f} {:>9.1f} {:>6}\n",
-        routing, opt.planner, r_off, r_on, off_ms, on_ms, 100.0 * (on_ms / off_ms - 1),
-        med(1, kShared), med(1, kCopy), med(1, kReadyWait), med(1, kPlan), med(1, kGpuPlan),
-        med(1, kCountsWait), fields.back() == 0.0f ? "yes" : "NO");
+        routing, to_string(layer.planner()), r_off, r_on, off_ms, on_ms,
+        100.0 * (on_ms / off_ms - 1), med(1, kShared), med(1, kCopy), med(1, kReadyWait),
+        med(1, kPlan), med(1, kGpuPlan), med(1, kCountsWait), fields.back() == 0.0f ? "yes" : "NO");
     std::fflush(stdout);
   }
   return 0;
@@ -242,7 +242,9 @@ int layer_main(const std::vector<std::string>& args,
   app.add_option("-w,--warmup", opt.warmup, "warm-up iterations");
   app.add_option("-n,--iters", opt.iters, "timed iterations (median)");
   app.add_option("--seed", opt.seed, "routing / weight seed");
-  app.add_option("--planner", opt.planner, "who plans ON invocations: gpu (default) or host")
+  app.add_option("--planner", opt.planner,
+                 "who plans ON invocations: auto (default: gpu where it covers the policy), gpu "
+                 "or host")
       ->check(CLI::IsMember({"host", "gpu"}));
   try {
     std::vector<std::string> reversed(args.rbegin(), args.rend());

@@ -81,13 +81,22 @@ struct PlanBlock {
 }  // namespace
 
 std::string_view to_string(PlannerKind planner) {
-  return planner == PlannerKind::kGpu ? "gpu" : "host";
+  switch (planner) {
+    case PlannerKind::kHost:
+      return "host";
+    case PlannerKind::kGpu:
+      return "gpu";
+    case PlannerKind::kAuto:
+      return "auto";
+  }
+  return "?";
 }
 
 PlannerKind planner_from_string(std::string_view name) {
   if (name == "host") return PlannerKind::kHost;
   if (name == "gpu") return PlannerKind::kGpu;
-  throw Error(fmt::format("planner '{}': expected host or gpu", name));
+  if (name == "auto") return PlannerKind::kAuto;
+  throw Error(fmt::format("planner '{}': expected auto, gpu or host", name));
 }
 
 RuntimeConfig ep_runtime_config(const LayerConfig& config) {
@@ -341,7 +350,11 @@ EpMoeLayer::EpMoeLayer(const LayerConfig& config, Runtime& runtime, ncclComm* co
              cuda::FallbackCopyConfig::kMaxSlots);
   ISER_CUDA_CHECK(
       cudaMallocHost(&s.matrix_host, static_cast<size_t>(topo.num_ranks) * topo.num_experts * 4));
-  if (options.planner == PlannerKind::kGpu) {
+  const bool use_gpu_planner =
+      options.planner == PlannerKind::kGpu ||
+      (options.planner == PlannerKind::kAuto &&
+       gpu_planner_covers(config.policy, topo, int64_t{config.tokens_per_rank} * config.top_k));
+  if (use_gpu_planner) {
     // Refuses policies the GPU planner does not reproduce (iser::Error naming the policy).
     s.gpu_planner = std::make_unique<GpuPlanner>(topo, config.tokens_per_rank * config.top_k,
                                                  gpu_planner_options(config.policy));
@@ -566,6 +579,10 @@ LayerInvocationStats EpMoeLayer::forward(const void* input, std::span<const int3
       s.main);
   s.end.record(s.main);
   return stats;
+}
+
+PlannerKind EpMoeLayer::planner() const {
+  return impl_->gpu_planner != nullptr ? PlannerKind::kGpu : PlannerKind::kHost;
 }
 
 void EpMoeLayer::set_plan_hook(std::function<void(Stream, int32_t*)> hook) {

@@ -186,5 +186,24 @@ TEST(GpuPlannerOptionsForPolicy, CoversHaloQFamilyAndRefusesTheRest) {
   }
 }
 
+// gpu_planner_covers (the EP layer's planner = auto) agrees with gpu_planner_options and the
+// GpuPlanner limits; host-only, no GPU needed.
+TEST(GpuPlannerOptionsForPolicy, CoversMatchesOptionsAndLimits) {
+  const Topology topo = Topology::make(8, 384, 4);
+  for (const char* name : {"halo-q", "owner-home", "absorb", "halo-q-owner-in"}) {
+    EXPECT_TRUE(gpu_planner_covers(name, topo, 8192 * 6)) << name;
+  }
+  for (const char* name : {"iser", "resident", "eplb", "none", "p2p", "no-such-policy"}) {
+    EXPECT_FALSE(gpu_planner_covers(name, topo, 8192 * 6)) << name;
+  }
+  EXPECT_TRUE(gpu_planner_covers("halo-q", topo, kGpuMaxRoutesPerRank));
+  EXPECT_FALSE(gpu_planner_covers("halo-q", topo, int64_t{kGpuMaxRoutesPerRank} + 1));
+  EXPECT_FALSE(gpu_planner_covers("halo-q", topo, 0));
+  EXPECT_TRUE(gpu_planner_covers("halo-q", Topology::make(kGpuMaxRanks, 720, 2), 1024));
+  EXPECT_FALSE(gpu_planner_covers("halo-q", Topology::make(kGpuMaxRanks + 2, 740, 2), 1024));
+  EXPECT_FALSE(gpu_planner_covers("halo-q", Topology::make(8, 2048, 2), 1024));
+  EXPECT_FALSE(gpu_planner_covers("halo-q", Topology::make(8, 384, kGpuMaxSlots + 1), 1024));
+}
+
 }  // namespace
 }  // namespace iser
