@@ -5,6 +5,8 @@
 #include <cuda_runtime.h>
 
 #include <algorithm>
+#include <optional>
+#include <string>
 #include <utility>
 #include <vector>
 
@@ -34,19 +36,10 @@ std::string describe_gpu_status(uint32_t status) {
   return text;
 }
 
-bool gpu_planner_covers(std::string_view policy, const Topology& topo,
-                        int64_t max_routes_per_rank) {
-  const bool known = policy == "halo-q" || policy == "owner-home" || policy == "absorb" ||
-                     policy == "halo-q-owner-in";
-  const int num_ranks = topo.num_ranks;
-  const int num_experts = topo.num_experts;
-  return known && num_ranks >= 2 && num_ranks <= kGpuMaxRanks && num_experts >= num_ranks &&
-         num_experts <= kGpuMaxExperts && num_experts % num_ranks == 0 && topo.num_slots >= 0 &&
-         topo.num_slots <= kGpuMaxSlots && topo.g_min >= 1 && max_routes_per_rank >= 1 &&
-         max_routes_per_rank <= kGpuMaxRoutesPerRank;
-}
+namespace {
 
-GpuPlannerOptions gpu_planner_options(std::string_view policy) {
+// The options reproducing `policy`, or nullopt where the GPU planner does not.
+std::optional<GpuPlannerOptions> options_for(std::string_view policy) {
   GpuPlannerOptions options;
   if (policy == "halo-q") return options;
   if (policy == "owner-home") {
@@ -56,12 +49,50 @@ GpuPlannerOptions gpu_planner_options(std::string_view policy) {
   } else if (policy == "halo-q-owner-in") {
     options.owner_in_group = true;
   } else {
-    throw Error(fmt::format(
-        "GPU planner: policy '{}' has no GPU planner (halo-q, owner-home, absorb and "
-        "halo-q-owner-in have; resident policies need the previous plan); use the host planner",
-        policy));
+    return std::nullopt;
   }
   return options;
+}
+
+// The first limit of the GPU planner that `topo` / `max_routes_per_rank` break, as its error
+// message; empty when within every limit.
+std::string limit_violation(const Topology& topo, int64_t max_routes_per_rank) {
+  const int P = topo.num_ranks;
+  const int E = topo.num_experts;
+  const int S = topo.num_slots;
+  if (P < 2 || P > kGpuMaxRanks) {
+    return fmt::format("GPU planner: P = {} ranks outside [2, {}]", P, kGpuMaxRanks);
+  }
+  if (E < P || E > kGpuMaxExperts || E % P != 0) {
+    return fmt::format("GPU planner: E = {} experts must be a multiple of P = {} and at most {}", E,
+                       P, kGpuMaxExperts);
+  }
+  if (S < 0 || S > kGpuMaxSlots) {
+    return fmt::format("GPU planner: S = {} helper slots outside [0, {}]", S, kGpuMaxSlots);
+  }
+  if (topo.g_min < 1) return fmt::format("GPU planner: g_min = {} must be >= 1", topo.g_min);
+  if (max_routes_per_rank < 1 || max_routes_per_rank > kGpuMaxRoutesPerRank) {
+    return fmt::format("GPU planner: max routes per rank (tau * k) = {} outside [1, {}]",
+                       max_routes_per_rank, kGpuMaxRoutesPerRank);
+  }
+  return {};
+}
+
+}  // namespace
+
+bool gpu_planner_covers(std::string_view policy, const Topology& topo,
+                        int64_t max_routes_per_rank) {
+  return options_for(policy).has_value() && limit_violation(topo, max_routes_per_rank).empty();
+}
+
+GpuPlannerOptions gpu_planner_options(std::string_view policy) {
+  const std::optional<GpuPlannerOptions> options = options_for(policy);
+  ISER_CHECK(options.has_value(),
+             "GPU planner: policy '{}' has no GPU planner (halo-q, owner-home, absorb and "
+             "halo-q-owner-in have; resident policies need the previous plan); use the host "
+             "planner",
+             policy);
+  return *options;
 }
 
 GpuPlanLayout GpuPlanLayout::make(const Topology& topo, bool iser) {
@@ -186,17 +217,8 @@ GpuPlanner::GpuPlanner(const Topology& topo, int max_routes_per_rank,
   const int P = topo.num_ranks;
   const int E = topo.num_experts;
   const int S = topo.num_slots;
-  ISER_CHECK(P >= 2 && P <= kGpuMaxRanks, "GPU planner: P = {} ranks outside [2, {}]", P,
-             kGpuMaxRanks);
-  ISER_CHECK(E >= P && E <= kGpuMaxExperts && E % P == 0,
-             "GPU planner: E = {} experts must be a multiple of P = {} and at most {}", E, P,
-             kGpuMaxExperts);
-  ISER_CHECK(S >= 0 && S <= kGpuMaxSlots, "GPU planner: S = {} helper slots outside [0, {}]", S,
-             kGpuMaxSlots);
-  ISER_CHECK(topo.g_min >= 1, "GPU planner: g_min = {} must be >= 1", topo.g_min);
-  ISER_CHECK(max_routes_per_rank >= 1 && max_routes_per_rank <= kGpuMaxRoutesPerRank,
-             "GPU planner: max routes per rank (tau * k) = {} outside [1, {}]", max_routes_per_rank,
-             kGpuMaxRoutesPerRank);
+  const std::string limit = limit_violation(topo, max_routes_per_rank);
+  ISER_CHECK(limit.empty(), "{}", limit);
   ISER_CHECK(max_rows >= 1 && max_rows <= 65535, "GPU planner: max rows = {} outside [1, 65535]",
              max_rows);
   ISER_CHECK(options.min_move >= 0, "GPU planner: min_move = {} must be >= 0", options.min_move);
