@@ -24,34 +24,60 @@ using ::iser::testing::child_env;
 using ::iser::testing::RankEnv;
 using ::iser::testing::run_as_ranks;
 
+// The two-rank case every test here runs: EP2, E = 16, S = 2 (g_min 2), 2048 x 1024 experts,
+// top-4, 256 tokens per rank; this rank's slice of one global token stream (tokens
+// [rank*tau, (rank+1)*tau)) and its input activations, on the device.
+struct TwoRankCase {
+  LayerConfig config;
+  int tau = 0;
+  std::vector<int32_t> ids;
+  std::vector<float> weights;
+  size_t elems = 0;  // tau * He
+  DeviceBuffer input;
+
+  explicit TwoRankCase(int rank) {
+    config.topo = Topology::make(2, 16, 2, /*g_min=*/2);
+    config.shape = {2048, 1024};
+    config.top_k = 4;
+    config.tokens_per_rank = 256;
+    tau = config.tokens_per_rank;
+    const int top_k = config.top_k;
+    std::vector<int32_t> all_ids;
+    std::vector<float> all_weights;
+    testing::make_routes(2 * tau, top_k, config.topo.num_experts, all_ids, all_weights);
+    ids.assign(all_ids.begin() + rank * tau * top_k, all_ids.begin() + (rank + 1) * tau * top_k);
+    weights.assign(all_weights.begin() + rank * tau * top_k,
+                   all_weights.begin() + (rank + 1) * tau * top_k);
+    elems = static_cast<size_t>(tau) * config.shape.hidden;
+    input = DeviceBuffer(elems * 2);
+    cuda::launch_fill_uniform({input.get<uint16_t>(), static_cast<int64_t>(elems),
+                               99 + static_cast<uint64_t>(rank), 1.0f},
+                              nullptr);
+    ISER_CUDA_CHECK(cudaDeviceSynchronize());
+  }
+};
+
+// Both ranks past every GPU operation enqueued so far (an NCCL all-reduce on `scratch`).
+void rank_barrier(ncclComm_t comm, DeviceBuffer& scratch) {
+  ISER_NCCL_CHECK(
+      ncclAllReduce(scratch.get(), scratch.get(), 1, ncclFloat, ncclSum, comm, nullptr));
+  ISER_CUDA_CHECK(cudaDeviceSynchronize());
+}
+
 TEST(MoeEpLayer, TwoRanksOnAndOffBitwiseIdentical) {
   ISER_AS_RANKS(2, 300);
   Communicator comm = Communicator::from_unique_id_file(env->id_file, env->rank, env->world);
-  LayerConfig config;
-  config.topo = Topology::make(2, 16, 2, /*g_min=*/2);
-  config.shape = {2048, 1024};
-  config.top_k = 4;
-  config.tokens_per_rank = 256;
-  const int tau = config.tokens_per_rank;
-  const int top_k = config.top_k;
+  TwoRankCase setup(env->rank);
+  const LayerConfig& config = setup.config;
+  const int tau = setup.tau;
+  const size_t elems = setup.elems;
+  const std::vector<int32_t>& ids = setup.ids;
+  const std::vector<float>& weights = setup.weights;
+  DeviceBuffer& input = setup.input;
   Runtime runtime(ep_runtime_config(config), comm);
   EpMoeLayer layer(config, runtime, comm.get());
   layer.fill_weights(21, 1.0f / 45.0f);
-
-  // The global token stream; this rank holds tokens [rank*tau, (rank+1)*tau).
-  std::vector<int32_t> all_ids;
-  std::vector<float> all_weights;
-  testing::make_routes(2 * tau, top_k, config.topo.num_experts, all_ids, all_weights);
-  const std::vector<int32_t> ids(all_ids.begin() + env->rank * tau * top_k,
-                                 all_ids.begin() + (env->rank + 1) * tau * top_k);
-  const std::vector<float> weights(all_weights.begin() + env->rank * tau * top_k,
-                                   all_weights.begin() + (env->rank + 1) * tau * top_k);
-  const size_t elems = static_cast<size_t>(tau) * config.shape.hidden;
-  DeviceBuffer input(elems * 2), out_off(elems * 2), out_on(elems * 2), out_again(elems * 2);
-  cuda::launch_fill_uniform({input.get<uint16_t>(), static_cast<int64_t>(elems),
-                             99 + static_cast<uint64_t>(env->rank), 1.0f},
-                            nullptr);
-  ISER_CUDA_CHECK(cudaDeviceSynchronize());
+  DeviceBuffer out_off(elems * 2), out_on(elems * 2), out_again(elems * 2);
 
   layer.forward(input.get(), ids, weights, false, out_off.get());
   const EpLayerTimings off = layer.finish();
@@ -82,31 +108,14 @@ TEST(MoeEpLayer, TwoRanksOnAndOffBitwiseIdentical) {
 TEST(MoeEpLayer, GpuPlannerMatchesHostPlannerBitwise) {
   ISER_AS_RANKS(2, 300);
   Communicator comm = Communicator::from_unique_id_file(env->id_file, env->rank, env->world);
-  LayerConfig config;
-  config.topo = Topology::make(2, 16, 2, /*g_min=*/2);
-  config.shape = {2048, 1024};
-  config.top_k = 4;
-  config.tokens_per_rank = 256;
-  const int tau = config.tokens_per_rank;
-  const int top_k = config.top_k;
-  std::vector<int32_t> all_ids;
-  std::vector<float> all_weights;
-  testing::make_routes(2 * tau, top_k, config.topo.num_experts, all_ids, all_weights);
-  const std::vector<int32_t> ids(all_ids.begin() + env->rank * tau * top_k,
-                                 all_ids.begin() + (env->rank + 1) * tau * top_k);
-  const std::vector<float> weights(all_weights.begin() + env->rank * tau * top_k,
-                                   all_weights.begin() + (env->rank + 1) * tau * top_k);
-  const size_t elems = static_cast<size_t>(tau) * config.shape.hidden;
-  DeviceBuffer input(elems * 2), out(elems * 2), barrier(sizeof(float));
-  cuda::launch_fill_uniform({input.get<uint16_t>(), static_cast<int64_t>(elems),
-                             99 + static_cast<uint64_t>(env->rank), 1.0f},
-                            nullptr);
-  ISER_CUDA_CHECK(cudaDeviceSynchronize());
-  const auto rank_barrier = [&] {
-    ISER_NCCL_CHECK(
-        ncclAllReduce(barrier.get(), barrier.get(), 1, ncclFloat, ncclSum, comm.get(), nullptr));
-    ISER_CUDA_CHECK(cudaDeviceSynchronize());
-  };
+  TwoRankCase setup(env->rank);
+  const LayerConfig& config = setup.config;
+  const int tau = setup.tau;
+  const size_t elems = setup.elems;
+  const std::vector<int32_t>& ids = setup.ids;
+  const std::vector<float>& weights = setup.weights;
+  DeviceBuffer& input = setup.input;
+  DeviceBuffer out(elems * 2), barrier(sizeof(float));
   // One invocation: returns its stats and timings, the output in `result`.
   const auto invoke = [&](EpMoeLayer& layer, bool balance, std::vector<uint16_t>& result,
                           EpLayerTimings* timings = nullptr) {
@@ -134,10 +143,10 @@ TEST(MoeEpLayer, GpuPlannerMatchesHostPlannerBitwise) {
       gpu_stats_again = invoke(*layer, true, gpu_again, &gpu_times_again);  // generation 2
       invoke(*layer, false, gpu_off);
     }
-    rank_barrier();  // the peer no longer reads this runtime's memory
+    rank_barrier(comm.get(), barrier);  // the peer no longer reads this runtime's memory
     layer.reset();
     runtime.reset();
-    rank_barrier();
+    rank_barrier(comm.get(), barrier);
   }
 
   ASSERT_FALSE(host_stats.plan.broadcasts.empty()) << "the routing must be skewed enough";
@@ -171,13 +180,13 @@ TEST(MoeEpLayer, GpuPlannerMatchesHostPlannerBitwise) {
 void stalled_copy_falls_back(const RankEnv& rank_env, PlannerKind planner) {
   const RankEnv* env = &rank_env;
   Communicator comm = Communicator::from_unique_id_file(env->id_file, env->rank, env->world);
-  LayerConfig config;
-  config.topo = Topology::make(2, 16, 2, /*g_min=*/2);
-  config.shape = {2048, 1024};
-  config.top_k = 4;
-  config.tokens_per_rank = 256;
-  const int tau = config.tokens_per_rank;
-  const int top_k = config.top_k;
+  TwoRankCase setup(env->rank);
+  const LayerConfig& config = setup.config;
+  const int tau = setup.tau;
+  const size_t elems = setup.elems;
+  const std::vector<int32_t>& ids = setup.ids;
+  const std::vector<float>& weights = setup.weights;
+  DeviceBuffer& input = setup.input;
   RuntimeConfig runtime_config = ep_runtime_config(config);
   runtime_config.timeout_us = 200'000;  // the gate gives up long before the stall ends
   Runtime runtime(runtime_config, comm);
@@ -185,33 +194,15 @@ void stalled_copy_falls_back(const RankEnv& rank_env, PlannerKind planner) {
   options.planner = planner;
   EpMoeLayer layer(config, runtime, comm.get(), options);
   layer.fill_weights(21, 1.0f / 45.0f);
-
-  std::vector<int32_t> all_ids;
-  std::vector<float> all_weights;
-  testing::make_routes(2 * tau, top_k, config.topo.num_experts, all_ids, all_weights);
-  const std::vector<int32_t> ids(all_ids.begin() + env->rank * tau * top_k,
-                                 all_ids.begin() + (env->rank + 1) * tau * top_k);
-  const std::vector<float> weights(all_weights.begin() + env->rank * tau * top_k,
-                                   all_weights.begin() + (env->rank + 1) * tau * top_k);
-  const size_t elems = static_cast<size_t>(tau) * config.shape.hidden;
-  DeviceBuffer input(elems * 2), out_off(elems * 2), out_on(elems * 2), out_again(elems * 2);
+  DeviceBuffer out_off(elems * 2), out_on(elems * 2), out_again(elems * 2);
   DeviceBuffer flag(sizeof(int)), barrier(sizeof(float));
   ISER_CUDA_CHECK(cudaMemset(flag.get(), 0, sizeof(int)));  // never released: times out
-  cuda::launch_fill_uniform({input.get<uint16_t>(), static_cast<int64_t>(elems),
-                             99 + static_cast<uint64_t>(env->rank), 1.0f},
-                            nullptr);
-  ISER_CUDA_CHECK(cudaDeviceSynchronize());
-  // Both ranks past the previous invocation (its stalled copy included) before the next count
-  // exchange, whose wait has the same short timeout.
-  const auto rank_barrier = [&] {
-    ISER_NCCL_CHECK(
-        ncclAllReduce(barrier.get(), barrier.get(), 1, ncclFloat, ncclSum, comm.get(), nullptr));
-    ISER_CUDA_CHECK(cudaDeviceSynchronize());
-  };
 
   layer.forward(input.get(), ids, weights, false, out_off.get());
   layer.finish();
-  rank_barrier();
+  // Both ranks past the previous invocation (its stalled copy included) before the next count
+  // exchange, whose wait has the same short timeout.
+  rank_barrier(comm.get(), barrier);
   if (env->rank == 0) {
     layer.set_copy_hook([&](Stream stream) {
       ISER_CUDA_CHECK(::iser::testing::launch_stall(flag.get<int>(), 1'500'000'000ull, stream));
@@ -220,7 +211,7 @@ void stalled_copy_falls_back(const RankEnv& rank_env, PlannerKind planner) {
   const LayerInvocationStats on = layer.forward(input.get(), ids, weights, true, out_on.get());
   const EpLayerTimings stalled = layer.finish();
   layer.set_copy_hook({});
-  rank_barrier();
+  rank_barrier(comm.get(), barrier);
   layer.forward(input.get(), ids, weights, true, out_again.get());
   const EpLayerTimings again = layer.finish();
 
@@ -258,36 +249,22 @@ void stalled_copy_falls_back(const RankEnv& rank_env, PlannerKind planner) {
 TEST(MoeEpLayer, RejectedGpuPlanRunsUnbalanced) {
   ISER_AS_RANKS(2, 300);
   Communicator comm = Communicator::from_unique_id_file(env->id_file, env->rank, env->world);
-  LayerConfig config;
-  config.topo = Topology::make(2, 16, 2, /*g_min=*/2);
-  config.shape = {2048, 1024};
-  config.top_k = 4;
-  config.tokens_per_rank = 256;
-  const int tau = config.tokens_per_rank;
-  const int top_k = config.top_k;
+  TwoRankCase setup(env->rank);
+  const LayerConfig& config = setup.config;
+  const size_t elems = setup.elems;
+  const std::vector<int32_t>& ids = setup.ids;
+  const std::vector<float>& weights = setup.weights;
+  DeviceBuffer& input = setup.input;
   Runtime runtime(ep_runtime_config(config), comm);
   EpLayerOptions options;
   options.planner = PlannerKind::kGpu;
   EpMoeLayer layer(config, runtime, comm.get(), options);
   layer.fill_weights(21, 1.0f / 45.0f);
-
-  std::vector<int32_t> all_ids;
-  std::vector<float> all_weights;
-  testing::make_routes(2 * tau, top_k, config.topo.num_experts, all_ids, all_weights);
-  const std::vector<int32_t> ids(all_ids.begin() + env->rank * tau * top_k,
-                                 all_ids.begin() + (env->rank + 1) * tau * top_k);
-  const std::vector<float> weights(all_weights.begin() + env->rank * tau * top_k,
-                                   all_weights.begin() + (env->rank + 1) * tau * top_k);
-  const size_t elems = static_cast<size_t>(tau) * config.shape.hidden;
-  DeviceBuffer input(elems * 2), out_off(elems * 2), out_rejected(elems * 2), out_on(elems * 2);
+  DeviceBuffer out_off(elems * 2), out_rejected(elems * 2), out_on(elems * 2);
   DeviceBuffer bad_status(sizeof(int32_t));
   const int32_t invariant = static_cast<int32_t>(kGpuPlanInvariant);
   ISER_CUDA_CHECK(
       cudaMemcpy(bad_status.get(), &invariant, sizeof(int32_t), cudaMemcpyHostToDevice));
-  cuda::launch_fill_uniform({input.get<uint16_t>(), static_cast<int64_t>(elems),
-                             99 + static_cast<uint64_t>(env->rank), 1.0f},
-                            nullptr);
-  ISER_CUDA_CHECK(cudaDeviceSynchronize());
 
   layer.forward(input.get(), ids, weights, false, out_off.get());
   layer.finish();
