@@ -92,7 +92,9 @@ class EpMoeLayer {
   LayerInvocationStats forward(const void* input, std::span<const int32_t> topk_ids,
                                std::span<const float> topk_weights, bool balance, void* output);
   // Waits for the last invocation and returns its timings. A READY failure was handled (see
-  // above); any other device-side failure the runtime reports throws iser::Error.
+  // above); any other device-side failure the runtime reports throws iser::Error, and so does a
+  // finish() after a forward() that threw. A forward() that threw leaves the layer usable: the
+  // next forward() releases the helper bank of a replication it had already enqueued.
   EpLayerTimings finish();
   // Fault injection (tests): `hook` is called with the COPY stream right before each
   // replication is enqueued (e.g. to stall it); an empty function removes it.

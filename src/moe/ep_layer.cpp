@@ -138,7 +138,9 @@ struct EpMoeLayer::Impl {
       counts_ready, plan_begin, plan_ready;
   uint64_t epoch = 0;
   uint64_t generation = 0;
-  bool pending = false;
+  bool pending = false;    // an invocation was enqueued (the next forward() waits for it)
+  bool complete = false;   // ... and forward() returned normally (finish() may read it)
+  bool bank_open = false;  // the replication of `generation` was enqueued, its release not yet
   bool last_balanced = false;
   bool last_gpu_planned = false;
   EpLayerTimings host_times;
@@ -203,10 +205,11 @@ void EpMoeLayer::Impl::enqueue_gpu_plan() {
 
   // NOTE: max_ops, not the plan's B: the host does not know B yet; the entries past B are null
   // ops, which no rank writes (see PlanCopyListParams), and READY is published all the same.
-  ++generation;
   if (copy_hook) copy_hook(copy);
+  ++generation;
   copy_begin.record(copy);
   runtime->replicate(block_ops(), block.max_ops, 0, generation, Transport::kPlan, copy);
+  bank_open = true;
   copy_end.record(copy);
 }
 
@@ -441,11 +444,20 @@ LayerInvocationStats EpMoeLayer::forward(const void* input, std::span<const int3
   // NOTE: invocations do not overlap: the previous one's buffers (maps, copy list, bank) are
   // free once its last MAIN event completed.
   if (s.pending) {
-    ISER_CUDA_CHECK(cudaEventSynchronize(s.end.get()));
+    ISER_CUDA_CHECK(cudaStreamSynchronize(s.main));
     ISER_CUDA_CHECK(cudaStreamSynchronize(s.copy));  // the replicate kernel read the copy list
+  }
+  // NOTE: a generation is taken (++generation) only right before its replication is enqueued,
+  // and every enqueued replication is followed by its bank release: here when the previous
+  // forward() threw between the two, since otherwise every rank's next reuse fence would wait
+  // for that release until it timed out.
+  if (s.bank_open) {
+    s.runtime->release_bank(s.generation, s.copy);
+    s.bank_open = false;
   }
   const bool gpu_planned = balance && s.gpu_planner != nullptr;
   s.pending = true;
+  s.complete = false;
   s.last_balanced = balance;
   s.last_gpu_planned = gpu_planned;
   s.host_times = {};
@@ -506,11 +518,12 @@ LayerInvocationStats EpMoeLayer::forward(const void* input, std::span<const int3
       ISER_CUDA_CHECK(
           cudaMemcpy(s.ops.get(), ops.data(), ops.size() * sizeof(CopyOp), cudaMemcpyHostToDevice));
     }
-    ++s.generation;
     if (s.copy_hook) s.copy_hook(s.copy);
+    ++s.generation;
     s.copy_begin.record(s.copy);
     s.runtime->replicate(s.ops.get<CopyOp>(), static_cast<int>(ops.size()), 0, s.generation,
                          Transport::kPlan, s.copy);
+    s.bank_open = true;
     s.copy_end.record(s.copy);
   }
   for (const CopyOp& op : ops) {
@@ -568,6 +581,7 @@ LayerInvocationStats EpMoeLayer::forward(const void* input, std::span<const int3
     s.mlp->run(s.rows(s.x_expert, num_home_rows), helper_rows, s.rows(s.y_expert, num_home_rows),
                s.main);
     s.runtime->release_bank(s.generation, s.main);
+    s.bank_open = false;
   }
   cuda::launch_gather_rows({s.y_expert.get<uint16_t>(), s.y_back.get<uint16_t>(),
                             s.back_gather.get<int32_t>(), total_recv, hidden},
@@ -578,6 +592,7 @@ LayerInvocationStats EpMoeLayer::forward(const void* input, std::span<const int3
        s.shared_out.get<uint16_t>(), static_cast<uint16_t*>(output), tau, top_k, hidden},
       s.main);
   s.end.record(s.main);
+  s.complete = true;
   return stats;
 }
 
@@ -596,6 +611,7 @@ void EpMoeLayer::set_copy_hook(std::function<void(Stream)> hook) {
 EpLayerTimings EpMoeLayer::finish() {
   Impl& s = *impl_;
   ISER_CHECK(s.pending, "ep layer: finish() without a forward()");
+  ISER_CHECK(s.complete, "ep layer: finish() after a forward() that threw");
   ISER_CUDA_CHECK(cudaEventSynchronize(s.end.get()));
   ISER_CUDA_CHECK(cudaStreamSynchronize(s.copy));
   EpLayerTimings t = s.host_times;

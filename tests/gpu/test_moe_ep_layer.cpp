@@ -2,7 +2,7 @@
 // (replicas over NVLink behind the READY gate) and OFF give bitwise-identical outputs, and stay
 // identical across generations of the helper bank, and when a stalled copy makes the READY gate
 // give up (the layer refills the slots from home bundles); a GPU plan that fails its checks runs
-// the invocation unbalanced (OFF's output).
+// the invocation unbalanced (OFF's output); a forward() that throws leaves the layer usable.
 #include <cstring>
 #include <memory>
 #include <vector>
@@ -291,6 +291,54 @@ TEST(MoeEpLayer, RejectedGpuPlanRunsUnbalanced) {
       << "rank " << env->rank << ": the rejected invocation's output differs from OFF";
   ASSERT_EQ(0, std::memcmp(off.data(), good.data(), elems * 2))
       << "rank " << env->rank << ": the next ON output differs from OFF";
+}
+
+// A forward() that throws (here: a copy hook that throws, on both ranks, right before the
+// replication) leaves no generation half-used: finish() refuses the failed invocation, and the
+// next ON invocation's reuse fence finds the bank released (a short timeout would otherwise turn
+// into a fence failure, which finish() throws) and gives OFF's output, bit for bit.
+void throwing_forward_leaves_the_layer_usable(const RankEnv& rank_env, PlannerKind planner) {
+  const RankEnv* env = &rank_env;
+  Communicator comm = Communicator::from_unique_id_file(env->id_file, env->rank, env->world);
+  TwoRankCase setup(env->rank);
+  RuntimeConfig runtime_config = ep_runtime_config(setup.config);
+  runtime_config.timeout_us = 200'000;
+  Runtime runtime(runtime_config, comm);
+  EpLayerOptions options;
+  options.planner = planner;
+  EpMoeLayer layer(setup.config, runtime, comm.get(), options);
+  layer.fill_weights(21, 1.0f / 45.0f);
+  DeviceBuffer out_off(setup.elems * 2), out_on(setup.elems * 2), barrier(sizeof(float));
+
+  layer.forward(setup.input.get(), setup.ids, setup.weights, false, out_off.get());
+  layer.finish();
+  layer.set_copy_hook([](Stream) { throw Error("injected failure before the replication"); });
+  EXPECT_THROW(layer.forward(setup.input.get(), setup.ids, setup.weights, true, out_on.get()),
+               Error);
+  EXPECT_THROW(layer.finish(), Error);
+  layer.set_copy_hook({});
+  rank_barrier(comm.get(), barrier);
+  const LayerInvocationStats on =
+      layer.forward(setup.input.get(), setup.ids, setup.weights, true, out_on.get());
+  const EpLayerTimings times = layer.finish();
+
+  ASSERT_FALSE(on.plan.broadcasts.empty()) << "the routing must be skewed enough to replicate";
+  EXPECT_EQ(times.fallback_slots, 0u);
+  EXPECT_FALSE(times.plan_rejected);
+  const auto off = testing::download(out_off.get(), setup.elems);
+  const auto good = testing::download(out_on.get(), setup.elems);
+  ASSERT_EQ(0, std::memcmp(off.data(), good.data(), setup.elems * 2))
+      << "rank " << env->rank << ": the ON output after a failed forward differs from OFF";
+}
+
+TEST(MoeEpLayer, ThrowingForwardLeavesTheLayerUsable) {
+  ISER_AS_RANKS(2, 300);
+  throwing_forward_leaves_the_layer_usable(*env, PlannerKind::kHost);
+}
+
+TEST(MoeEpLayer, ThrowingForwardLeavesTheLayerUsableGpuPlanner) {
+  ISER_AS_RANKS(2, 300);
+  throwing_forward_leaves_the_layer_usable(*env, PlannerKind::kGpu);
 }
 
 TEST(MoeEpLayer, StalledCopyFallsBackToHomeBundles) {
