@@ -14,8 +14,9 @@
 // (comma list of p2p-direct,p2p-sami,copy-engine,nccl), -s copy-SM list, -g ranks, -x sections
 // (comma list of bundles,sweep,latency), -N bundle counts (comma list), -B helper banks (1/2),
 // -V copy shapes of the SM transports (comma list of bulk[:WxS] / registers[:W]: path, warps
-// per CTA, 8-KiB stages per warp; default bulk,registers), -O owner placement (out, in or both:
-// owner outside / inside the group; default both).
+// per CTA, 8-KiB stages per warp; default bulk,registers), -O owner placements (list of out, in,
+// split; both = out,in, the default; split: owner outside, bundles alternately pushed by the
+// owner and pulled by the receivers, transport plan, >= 2 bundles).
 // Reported time: per-iteration median over -n iterations, slowest rank; algbw = bytes / time.
 // Graph rows: one CUDA graph of -n iterations, launched once; time = graph time / iterations.
 #include <nccl.h>
@@ -185,8 +186,9 @@ Options parse(int argc, char** argv) {
     std::exit(1);
   }
   for (const std::string& owner : o.owners) {
-    if (owner != "out" && owner != "in") {
-      std::fprintf(stderr, "-O %s: owner placement must be out, in or both\n", owner.c_str());
+    if (owner != "out" && owner != "in" && owner != "split") {
+      std::fprintf(stderr, "-O %s: owner placement must be out, in, split or both\n",
+                   owner.c_str());
       std::exit(1);
     }
   }
@@ -366,8 +368,8 @@ std::unique_ptr<Runtime> make_runtime(World& w, int64_t bytes, int num_bundles, 
   return rt;
 }
 
-// The receivers of owner rank 0's bundles: ranks 1..P-1 ("out": owner outside the group) or
-// 0..P-1 ("in": the owner is a member and also fills its own helper slot).
+// The receivers of owner rank 0's bundles: ranks 1..P-1 ("out" and "split": owner outside the
+// group) or 0..P-1 ("in": the owner is a member and also fills its own helper slot).
 struct Group {
   int begin = 0;
   int size = 0;
@@ -384,9 +386,13 @@ std::string group_text(const Group& g) {
   return "{" + std::to_string(g.begin) + ".." + std::to_string(g.begin + g.size - 1) + "}";
 }
 
+// mode < 0: alternate, owner-direct for even bundles and SAMI for odd ones ("split").
 std::vector<CopyOp> owner0_to_group(int num_bundles, const Group& g, int mode) {
   std::vector<CopyOp> ops;
-  for (int k = 0; k < num_bundles; ++k) ops.push_back({k, 0, g.begin, g.size, k, mode});
+  for (int k = 0; k < num_bundles; ++k) {
+    const int op_mode = mode >= 0 ? mode : (k % 2 ? iser::kCopyModeSami : iser::kCopyModeDirect);
+    ops.push_back({k, 0, g.begin, g.size, k, op_mode});
+  }
   return ops;
 }
 
@@ -469,6 +475,13 @@ void run_runtime_transports(World& w, const Options& o, const std::string& secti
       r.group = group_text(group);
       emit(w, r);
     };
+    if (owner == "split") {  // the op modes carry the split: only `plan` keeps them
+      if (num_bundles >= 2) {
+        run_transport(w, o, *rt, section, bytes, num_bundles, "plan",
+                      owner0_to_group(num_bundles, group, -1), device_ops, finish);
+      }
+      continue;
+    }
     for (const std::string& name : o.transports) {
       if (name == "nccl") continue;
       const int mode = name == "p2p-sami" ? iser::kCopyModeSami : iser::kCopyModeDirect;
