@@ -1,6 +1,9 @@
 // Replication benchmark (DESIGN §11, issue 7), nccl-tests style. One process per GPU: the binary
 // re-executes itself once per rank (-g ranks) with a file-based NCCL unique id. Owner rank 0
-// replicates bundles into rank 1's helper slots; every transport is measured in the same run:
+// replicates bundles into helper slots, with the owner outside the group (group {1..P-1}: the
+// pure NVLink transfer) and/or inside it (group {0..P-1}: every rank, the owner too, receives a
+// replica; under p2p-sami every member moves its 1/P of the slices, so all GPUs' SMs drive the
+// owner's outgoing links). Every transport is measured in the same run:
 //   p2p-direct / p2p-sami (SM copies, 1..16 SMs), copy-engine (cudaMemcpyAsync), and
 //   ncclBroadcast tuned over protocol x channel count x CUDA-graph launch (best reported).
 // Sections: bundles (1/4/8 x 37.16 MB), size sweep (-b..-e, x -f), count-exchange latency
@@ -11,7 +14,9 @@
 // (comma list of p2p-direct,p2p-sami,copy-engine,nccl), -s copy-SM list, -g ranks, -x sections
 // (comma list of bundles,sweep,latency), -N bundle counts (comma list), -B helper banks (1/2),
 // -V copy shapes of the SM transports (comma list of bulk[:WxS] / registers[:W]: path, warps
-// per CTA, 8-KiB stages per warp; default bulk,registers).
+// per CTA, 8-KiB stages per warp; default bulk,registers), -O owner placements (list of out, in,
+// split; both = out,in, the default; split: owner outside, bundles alternately pushed by the
+// owner and pulled by the receivers, transport plan, >= 2 bundles).
 // Reported time: per-iteration median over -n iterations, slowest rank; algbw = bytes / time.
 // Graph rows: one CUDA graph of -n iterations, launched once; time = graph time / iterations.
 #include <nccl.h>
@@ -80,6 +85,7 @@ struct Options {
   std::vector<int> bundle_counts = {1, 4, 8};
   int banks = 1;
   std::vector<std::string> shapes = {"bulk", "registers"};
+  std::vector<std::string> owners = {"out", "in"};
 };
 
 struct Shape {
@@ -162,6 +168,8 @@ Options parse(int argc, char** argv) {
       o.shapes = split(value);
     else if (flag == "-B")
       o.banks = std::atoi(value.c_str());
+    else if (flag == "-O")
+      o.owners = value == "both" ? std::vector<std::string>{"out", "in"} : split(value);
     else if (flag == "-N") {
       o.bundle_counts.clear();
       for (const auto& s : split(value)) o.bundle_counts.push_back(std::atoi(s.c_str()));
@@ -175,6 +183,17 @@ Options parse(int argc, char** argv) {
   }
   if (argc % 2 == 0) {
     std::fprintf(stderr, "flag %s needs a value\n", argv[argc - 1]);
+    std::exit(1);
+  }
+  for (const std::string& owner : o.owners) {
+    if (owner != "out" && owner != "in" && owner != "split") {
+      std::fprintf(stderr, "-O %s: owner placement must be out, in, split or both\n",
+                   owner.c_str());
+      std::exit(1);
+    }
+  }
+  if (o.ranks < 2) {
+    std::fprintf(stderr, "-g %d: needs at least 2 ranks\n", o.ranks);
     std::exit(1);
   }
   return o;
@@ -235,17 +254,25 @@ struct World {
   int size = 0;
   std::unique_ptr<iser::Communicator> comm;
   cudaStream_t stream = nullptr;
-  float* scratch = nullptr;
+  double* scratch = nullptr;
 };
+
+double reduce_over_ranks(World& w, double v, ncclRedOp_t op) {
+  double host = v;
+  BENCH_CUDA(cudaMemcpy(w.scratch, &host, sizeof(host), cudaMemcpyHostToDevice));
+  BENCH_NCCL(ncclAllReduce(w.scratch, w.scratch, 1, ncclDouble, op, w.comm->get(), w.stream));
+  BENCH_CUDA(cudaStreamSynchronize(w.stream));
+  BENCH_CUDA(cudaMemcpy(&host, w.scratch, sizeof(host), cudaMemcpyDeviceToHost));
+  return host;
+}
 
 // Slowest rank's value (max over ranks).
 double max_over_ranks(World& w, double v) {
-  float host = static_cast<float>(v);
-  BENCH_CUDA(cudaMemcpy(w.scratch, &host, sizeof(float), cudaMemcpyHostToDevice));
-  BENCH_NCCL(ncclAllReduce(w.scratch, w.scratch, 1, ncclFloat, ncclMax, w.comm->get(), w.stream));
-  BENCH_CUDA(cudaStreamSynchronize(w.stream));
-  BENCH_CUDA(cudaMemcpy(&host, w.scratch, sizeof(float), cudaMemcpyDeviceToHost));
-  return host;
+  return reduce_over_ranks(w, v, ncclMax);
+}
+
+double sum_over_ranks(World& w, double v) {
+  return reduce_over_ranks(w, v, ncclSum);
 }
 
 void barrier(World& w) {
@@ -309,6 +336,7 @@ struct Record {
   double time_us = 0;
   double algbw = 0;  // GB/s
   int64_t errors = -1;
+  std::string group = "-";  // receivers ("{1}", "{0,1}", ...); the owner is rank 0
 };
 
 std::vector<Record> g_records;
@@ -316,15 +344,16 @@ std::vector<Record> g_records;
 void emit(World& w, const Record& r) {
   if (w.rank != 0) return;
   g_records.push_back(r);
-  std::printf("%-9s %-12s %-26s %4d %12lld %3d %11.2f %9.2f %6s\n", r.section.c_str(),
-              r.transport.c_str(), r.variant.c_str(), r.sms, static_cast<long long>(r.bytes),
-              r.bundles, r.time_us, r.algbw, r.errors < 0 ? "-" : std::to_string(r.errors).c_str());
+  std::printf("%-9s %-12s %-7s %-26s %4d %12lld %3d %11.2f %9.2f %6s\n", r.section.c_str(),
+              r.transport.c_str(), r.group.c_str(), r.variant.c_str(), r.sms,
+              static_cast<long long>(r.bytes), r.bundles, r.time_us, r.algbw,
+              r.errors < 0 ? "-" : std::to_string(r.errors).c_str());
   std::fflush(stdout);
 }
 
 // ---- replication runs ------------------------------------------------------------------------
 
-// Runtime whose rank 0 owns `num_bundles` bundles of `bytes` that go to rank 1's helper slots.
+// Runtime whose rank 0 owns `num_bundles` bundles of `bytes` (home k goes to helper slot k).
 std::unique_ptr<Runtime> make_runtime(World& w, int64_t bytes, int num_bundles, int num_banks) {
   RuntimeConfig c;
   c.num_ranks = w.size;
@@ -339,20 +368,45 @@ std::unique_ptr<Runtime> make_runtime(World& w, int64_t bytes, int num_bundles, 
   return rt;
 }
 
-std::vector<CopyOp> owner0_to_rank1(int num_bundles, int mode) {
+// The receivers of owner rank 0's bundles: ranks 1..P-1 ("out" and "split": owner outside the
+// group) or 0..P-1 ("in": the owner is a member and also fills its own helper slot).
+struct Group {
+  int begin = 0;
+  int size = 0;
+  bool contains(int rank) const { return rank >= begin && rank < begin + size; }
+};
+
+Group group_of(const std::string& owner, int num_ranks) {
+  return owner == "in" ? Group{0, num_ranks} : Group{1, num_ranks - 1};
+}
+
+std::string group_text(const Group& g) {
+  if (g.size == 1) return "{" + std::to_string(g.begin) + "}";
+  if (g.size == 2) return "{" + std::to_string(g.begin) + "," + std::to_string(g.begin + 1) + "}";
+  return "{" + std::to_string(g.begin) + ".." + std::to_string(g.begin + g.size - 1) + "}";
+}
+
+// mode < 0: alternate, owner-direct for even bundles and SAMI for odd ones ("split").
+std::vector<CopyOp> owner0_to_group(int num_bundles, const Group& g, int mode) {
   std::vector<CopyOp> ops;
-  for (int k = 0; k < num_bundles; ++k) ops.push_back({k, 0, 1, 1, k, mode});
+  for (int k = 0; k < num_bundles; ++k) {
+    const int op_mode = mode >= 0 ? mode : (k % 2 ? iser::kCopyModeSami : iser::kCopyModeDirect);
+    ops.push_back({k, 0, g.begin, g.size, k, op_mode});
+  }
   return ops;
 }
 
-// Replicas in the bank of the last generation on rank 1, compared with the owner's pattern.
-int64_t check_replicas(World& w, Runtime& rt, int num_bundles, int64_t bytes) {
-  int64_t bad = 0;
-  if (w.rank == 1) {
+// Replicas in the bank of the last generation on every member (the owner too when it is one),
+// compared with the owner's pattern; total over ranks.
+int64_t check_replicas(World& w, Runtime& rt, const Group& g, int num_bundles, int64_t bytes) {
+  double bad = 0;
+  if (g.contains(w.rank)) {
     const int bank = rt.bank_of(rt.last_generation(0));
-    for (int k = 0; k < num_bundles; ++k) bad += count_bad(rt.helper_slot(0, bank, k), bytes, k);
+    for (int k = 0; k < num_bundles; ++k) {
+      bad += static_cast<double>(count_bad(rt.helper_slot(0, bank, k), bytes, k));
+    }
   }
-  return static_cast<int64_t>(max_over_ranks(w, static_cast<double>(bad)));
+  return static_cast<int64_t>(sum_over_ranks(w, bad));
 }
 
 void clear_banks(World& w, Runtime& rt) {
@@ -363,61 +417,84 @@ void clear_banks(World& w, Runtime& rt) {
   barrier(w);
 }
 
+// One transport: copy-engine (explicit generations: the host picks the banks), or an SM
+// transport with device generations (kDeviceGeneration), eager and as one CUDA graph, per copy
+// shape and SM count. `finish` checks the replicas and prints each row.
+template <typename Finish>
+void run_transport(World& w, const Options& o, Runtime& rt, const std::string& section,
+                   int64_t bytes, int num_bundles, const std::string& name,
+                   const std::vector<CopyOp>& ops, CopyOp* device_ops, Finish&& finish) {
+  const int64_t total = bytes * num_bundles;
+  const Transport t = iser::transport_from_string(name);
+  BENCH_CUDA(
+      cudaMemcpy(device_ops, ops.data(), sizeof(CopyOp) * ops.size(), cudaMemcpyHostToDevice));
+  if (t == Transport::kCopyEngine) {
+    clear_banks(w, rt);
+    uint64_t generation = rt.last_generation(0);
+    const double us = time_median_us(w, o.warmup, o.iters, [&](int) {
+      ++generation;
+      rt.replicate_copy_engine(ops, 0, generation, w.stream);
+      rt.release_bank(generation, w.stream);
+    });
+    finish(Record{section, name, "", 0, total, num_bundles, us, total / us / 1e3});
+    return;
+  }
+  auto step = [&](int sms) {
+    rt.replicate(device_ops, num_bundles, 0, iser::kDeviceGeneration, t, w.stream, sms);
+    rt.release_bank(iser::kDeviceGeneration, w.stream);
+  };
+  for (const std::string& shape_text : o.shapes) {
+    const Shape shape = parse_shape(shape_text);
+    rt.set_copy_shape(shape.path, shape.warps, shape.stages);
+    for (int sms : o.sms) {
+      clear_banks(w, rt);
+      const double us = time_median_us(w, o.warmup, o.iters, [&](int) { step(sms); });
+      finish(Record{section, name, shape_text + "/eager", sms, total, num_bundles, us,
+                    total / us / 1e3});
+      if (!o.graph) continue;
+      clear_banks(w, rt);
+      const double graph_us = time_graph_us(w, o.iters, [&] { step(sms); });
+      finish(Record{section, name, shape_text + "/graph", sms, total, num_bundles, graph_us,
+                    total / graph_us / 1e3});
+    }
+  }
+}
+
+// Every transport but NCCL, for each owner placement (-O): rows labelled with the group.
 void run_runtime_transports(World& w, const Options& o, const std::string& section, int64_t bytes,
                             int num_bundles) {
   auto rt = make_runtime(w, bytes, num_bundles, o.banks);
-  const int64_t total = bytes * num_bundles;
   CopyOp* device_ops = nullptr;
   BENCH_CUDA(cudaMalloc(&device_ops, sizeof(CopyOp) * num_bundles));
-  auto finish = [&](Record r) {
-    BENCH_CUDA(cudaStreamSynchronize(w.stream));
-    rt->check_status();
-    r.errors = o.check ? check_replicas(w, *rt, num_bundles, bytes) : -1;
-    emit(w, r);
-  };
-  for (const std::string& name : o.transports) {
-    if (name == "nccl") continue;
-    const Transport t = iser::transport_from_string(name);
-    const auto ops = owner0_to_rank1(num_bundles, t == Transport::kP2PSami ? 1 : 0);
-    BENCH_CUDA(
-        cudaMemcpy(device_ops, ops.data(), sizeof(CopyOp) * ops.size(), cudaMemcpyHostToDevice));
-    if (t == Transport::kCopyEngine) {  // explicit generations (the host picks the banks)
-      clear_banks(w, *rt);
-      uint64_t generation = rt->last_generation(0);
-      const double us = time_median_us(w, o.warmup, o.iters, [&](int) {
-        ++generation;
-        rt->replicate_copy_engine(ops, 0, generation, w.stream);
-        rt->release_bank(generation, w.stream);
-      });
-      finish({section, name, "", 0, total, num_bundles, us, total / us / 1e3});
+  for (const std::string& owner : o.owners) {
+    const Group group = group_of(owner, w.size);
+    auto finish = [&](Record r) {
+      BENCH_CUDA(cudaStreamSynchronize(w.stream));
+      rt->check_status();
+      r.errors = o.check ? check_replicas(w, *rt, group, num_bundles, bytes) : -1;
+      r.group = group_text(group);
+      emit(w, r);
+    };
+    if (owner == "split") {  // the op modes carry the split: only `plan` keeps them
+      if (num_bundles >= 2) {
+        run_transport(w, o, *rt, section, bytes, num_bundles, "plan",
+                      owner0_to_group(num_bundles, group, -1), device_ops, finish);
+      }
       continue;
     }
-    // SM transports: device generations (kDeviceGeneration), eager and as one CUDA graph.
-    auto step = [&](int sms) {
-      rt->replicate(device_ops, num_bundles, 0, iser::kDeviceGeneration, t, w.stream, sms);
-      rt->release_bank(iser::kDeviceGeneration, w.stream);
-    };
-    for (const std::string& shape_text : o.shapes) {
-      const Shape shape = parse_shape(shape_text);
-      rt->set_copy_shape(shape.path, shape.warps, shape.stages);
-      for (int sms : o.sms) {
-        clear_banks(w, *rt);
-        const double us = time_median_us(w, o.warmup, o.iters, [&](int) { step(sms); });
-        finish(
-            {section, name, shape_text + "/eager", sms, total, num_bundles, us, total / us / 1e3});
-        if (!o.graph) continue;
-        clear_banks(w, *rt);
-        const double graph_us = time_graph_us(w, o.iters, [&] { step(sms); });
-        finish({section, name, shape_text + "/graph", sms, total, num_bundles, graph_us,
-                total / graph_us / 1e3});
-      }
+    for (const std::string& name : o.transports) {
+      if (name == "nccl") continue;
+      const int mode = name == "p2p-sami" ? iser::kCopyModeSami : iser::kCopyModeDirect;
+      run_transport(w, o, *rt, section, bytes, num_bundles, name,
+                    owner0_to_group(num_bundles, group, mode), device_ops, finish);
     }
   }
   BENCH_CUDA(cudaFree(device_ops));
 }
 
-// ncclBroadcast of `total` bytes from rank 0, tuned: protocol x channels (one communicator
-// each) x eager/graph launch. Reports every variant and the best.
+// ncclBroadcast of `total` bytes from rank 0 (in place: the root keeps its buffer, every other
+// rank receives it), tuned: protocol x channels (one communicator each) x eager/graph launch.
+// Reports every variant and the best.
 struct NcclVariant {
   std::string proto;
   int channels = 0;
@@ -484,7 +561,8 @@ void run_nccl(World& w, const Options& o, std::vector<NcclVariant>& variants,
                                   (v.channels ? std::to_string(v.channels) : std::string("auto")) +
                                   (graph ? "/graph" : "/eager");
       Record r{section, "nccl-bcast", variant, 0, total, num_bundles, us, total / us / 1e3};
-      if (o.check && w.rank == 1) {
+      r.group = group_text(group_of("in", w.size));
+      if (o.check && w.rank != 0) {
         int64_t bad = 0;
         for (int k = 0; k < num_bundles; ++k) {
           bad += count_bad(static_cast<char*>(buffer) + k * bytes, bytes, k);
@@ -601,8 +679,8 @@ void run_latency(World& w, const Options& o) {
              0,
              -1};
     g_records.push_back(r);
-    std::printf("%-9s %-12s %-26s %4d %12d %3d %11.2f %9s %6s\n", r.section.c_str(),
-                r.transport.c_str(), r.variant.c_str(), 1, 0, 0, r.time_us, "-", "-");
+    std::printf("%-9s %-12s %-7s %-26s %4d %12d %3d %11.2f %9s %6s\n", r.section.c_str(),
+                r.transport.c_str(), "-", r.variant.c_str(), 1, 0, 0, r.time_us, "-", "-");
     BENCH_CUDA(cudaEventDestroy(a));
     BENCH_CUDA(cudaEventDestroy(b));
     BENCH_CUDA(cudaFree(rows));
@@ -621,10 +699,10 @@ void write_json(const Options& o) {
   for (size_t i = 0; i < g_records.size(); ++i) {
     const Record& r = g_records[i];
     std::fprintf(f,
-                 "  {\"section\": \"%s\", \"transport\": \"%s\", \"variant\": \"%s\", \"sms\": %d, "
-                 "\"bytes\": %lld, \"bundles\": %d, \"time_us\": %.3f, \"algbw_GBps\": %.3f, "
-                 "\"errors\": %lld}%s\n",
-                 r.section.c_str(), r.transport.c_str(), r.variant.c_str(), r.sms,
+                 "  {\"section\": \"%s\", \"transport\": \"%s\", \"group\": \"%s\", \"variant\": "
+                 "\"%s\", \"sms\": %d, \"bytes\": %lld, \"bundles\": %d, \"time_us\": %.3f, "
+                 "\"algbw_GBps\": %.3f, \"errors\": %lld}%s\n",
+                 r.section.c_str(), r.transport.c_str(), r.group.c_str(), r.variant.c_str(), r.sms,
                  static_cast<long long>(r.bytes), r.bundles, r.time_us, r.algbw,
                  static_cast<long long>(r.errors), i + 1 < g_records.size() ? "," : "");
   }
@@ -640,7 +718,7 @@ int run_rank(const Options& o, int rank, int size, const std::string& id_file) {
   w.comm = std::make_unique<iser::Communicator>(
       iser::Communicator::from_unique_id_file(id_file, rank, size));
   BENCH_CUDA(cudaStreamCreateWithPriority(&w.stream, cudaStreamNonBlocking, -5));
-  BENCH_CUDA(cudaMalloc(&w.scratch, sizeof(float)));
+  BENCH_CUDA(cudaMalloc(&w.scratch, sizeof(double)));
   if (rank == 0) {
     cudaDeviceProp prop{};
     BENCH_CUDA(cudaGetDeviceProperties(&prop, 0));
@@ -648,8 +726,10 @@ int run_rank(const Options& o, int rank, int size, const std::string& id_file) {
         "# bench_replicate: %d ranks, %s (%d SMs), warm-up %d, iterations %d, median per "
         "iteration, slowest rank\n",
         size, prop.name, prop.multiProcessorCount, o.warmup, o.iters);
-    std::printf("%-9s %-12s %-26s %4s %12s %3s %11s %9s %6s\n", "#section", "transport", "variant",
-                "sms", "bytes", "nb", "time_us", "algbw", "errors");
+    std::printf(
+        "# group: the ranks whose helper slots (NCCL: buffers) receive owner 0's bundles\n");
+    std::printf("%-9s %-12s %-7s %-26s %4s %12s %3s %11s %9s %6s\n", "#section", "transport",
+                "group", "variant", "sms", "bytes", "nb", "time_us", "algbw", "errors");
   }
   std::vector<NcclVariant> variants;
   if (has(o.transports, "nccl")) variants = make_nccl_variants(w);

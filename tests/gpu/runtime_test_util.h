@@ -6,6 +6,7 @@
 
 #include <cstdint>
 #include <random>
+#include <string>
 #include <vector>
 
 #include <cuda_runtime.h>
@@ -114,6 +115,37 @@ inline void expect_bank(Runtime& rt, const std::vector<CopyOp>& ops, int layer, 
     }
   }
 }
+
+// Home bundles of every local rank still hold their pattern (replication only reads them).
+inline void expect_homes_intact(Runtime& rt) {
+  const RuntimeConfig& c = rt.config();
+  for (int i = 0; i < rt.num_local_ranks(); ++i) {
+    for (int layer = 0; layer < c.num_layers; ++layer) {
+      for (int h = 0; h < c.experts_per_rank(); ++h) {
+        const auto want = bundle_pattern(c, rt.first_rank() + i, layer, h);
+        EXPECT_EQ(read_device(rt.home_bundle(i, layer, h), want.size()), want)
+            << "home bundle " << h << " of rank " << rt.first_rank() + i << " layer " << layer;
+      }
+    }
+  }
+}
+
+// Copy shapes every replica test runs: the default bulk pipeline, one stage (no lag), one stage
+// per warp on 16 warps, deep stages, registers.
+struct TestCopyShape {
+  CopyPath path;
+  int warps;
+  int stages;
+  std::string name() const {
+    return std::string(to_string(path)) + " " + std::to_string(warps) + "x" +
+           std::to_string(stages);
+  }
+};
+inline constexpr TestCopyShape kTestCopyShapes[] = {{CopyPath::kBulk, 0, 0},
+                                                    {CopyPath::kBulk, 1, 1},
+                                                    {CopyPath::kBulk, 16, 1},
+                                                    {CopyPath::kBulk, 2, 11},
+                                                    {CopyPath::kRegisters, 0, 0}};
 
 // Random copy list: groups from aligned levels (sizes P, P/2, ..., 1), helpers colored smallest
 // free, experts anywhere (owners inside or outside their group), modes mixed.

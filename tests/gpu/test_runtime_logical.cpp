@@ -56,17 +56,9 @@ TEST_P(LogicalRanks, ReplicasMatchOwnersForEveryTransport) {
   std::mt19937 rng(1234 + GetParam());
   DeviceVector<int32_t> slot_expert(static_cast<size_t>(c.num_ranks) * c.num_ranks * c.num_slots);
   uint64_t generation = 0;
-  // Copy shapes: the default bulk pipeline, one stage (no lag), deep stages, registers.
-  struct Shape {
-    CopyPath path;
-    int warps;
-    int stages;
-  };
-  for (const Shape shape : {Shape{CopyPath::kBulk, 0, 0}, Shape{CopyPath::kBulk, 1, 1},
-                            Shape{CopyPath::kBulk, 2, 11}, Shape{CopyPath::kRegisters, 0, 0}}) {
+  for (const TestCopyShape& shape : kTestCopyShapes) {
     rt->set_copy_shape(shape.path, shape.warps, shape.stages);
-    const std::string what = std::string(to_string(shape.path)) + " " +
-                             std::to_string(shape.warps) + "x" + std::to_string(shape.stages);
+    const std::string what = shape.name();
     for (Transport t :
          {Transport::kPlan, Transport::kP2PDirect, Transport::kP2PSami, Transport::kCopyEngine}) {
       if (t == Transport::kCopyEngine && (shape.path != CopyPath::kBulk || shape.warps != 0)) {
@@ -278,6 +270,62 @@ TEST(LogicalRuntime, ThousandGenerationsMonotone) {
   ISER_EXPECT_CUDA(cudaStreamSynchronize(stream));
   rt->check_status();
   cudaStreamDestroy(stream);
+}
+
+// SAMI with the owner inside its group (DESIGN §4.5: the owner also fills its own helper slot),
+// P = 4: groups of 4 with the owner at position 2 and at position 0, groups of 2 with the owner
+// at position 1 ({2, 3}) and 0 ({0, 1}). A 1 MiB bundle (129 slices, the last one partial: each
+// member of a group of 4 runs a pipeline of 32-33 slices). Every copy shape, 1 to 16 SMs, both
+// transports that run SAMI ops: every member's helper slot is byte-identical to the owner's
+// bundle (poisoned first), the gate marks every replica valid, READY is exactly 2g+1 everywhere,
+// homes are untouched.
+TEST(LogicalRuntime, SamiOwnerInsideGroupFillsEveryMember) {
+  ISER_REQUIRE_GPUS(1);
+  RuntimeConfig c = logical_config(4);
+  c.bundle = {(1 << 20) + 16, 4096 + 48};
+  auto rt = Runtime::logical(c);
+  ASSERT_EQ(c.bundle.num_slices(), 129);
+  fill_homes(*rt);
+  const std::vector<CopyOp> ops = {{4 * 2 + 1, 2, 0, 4, 0, kCopyModeSami},
+                                   {3, 0, 0, 4, 1, kCopyModeSami},
+                                   {4 * 3 + 2, 3, 2, 2, 2, kCopyModeSami},
+                                   {0, 0, 0, 2, 2, kCopyModeSami}};
+  validate_copy_list(c, ops);
+  const int num_ops = static_cast<int>(ops.size());
+  DeviceVector<CopyOp> device_ops(ops);
+  DeviceVector<int32_t> slot_expert(static_cast<size_t>(c.num_ranks) * c.num_ranks * c.num_slots);
+  const runtime::RegionLayout layout = runtime::make_region_layout(c);
+  const auto want = expected_slot_expert(c, ops);
+  uint64_t g = 0;
+  for (const TestCopyShape& shape : kTestCopyShapes) {
+    rt->set_copy_shape(shape.path, shape.warps, shape.stages);
+    for (int sms : {1, 3, 16}) {
+      for (Transport t : {Transport::kP2PSami, Transport::kPlan}) {
+        ++g;
+        const std::string what =
+            std::string(to_string(t)) + ", " + shape.name() + ", " + std::to_string(sms) + " SMs";
+        poison_helpers(*rt);
+        rt->replicate(device_ops.get(), num_ops, 0, g, t, nullptr, sms);
+        rt->ready_gate(device_ops.get(), num_ops, g, slot_expert.get(), nullptr, t);
+        ISER_EXPECT_CUDA(cudaDeviceSynchronize());
+        expect_bank(*rt, ops, 0, 0, what.c_str());
+        const auto got = slot_expert.download();
+        for (int i = 0; i < c.num_ranks; ++i) {
+          EXPECT_TRUE(std::equal(want.begin(), want.end(), got.begin() + i * want.size()))
+              << what << ": slot_expert of rank " << i;
+        }
+        for (int r = 0; r < c.num_ranks; ++r) {
+          for (uint64_t v : read_flags(*rt, r, layout.ready_flags)) {
+            EXPECT_EQ(v, 2 * g + 1) << what << ": READY flag on rank " << r;
+          }
+        }
+        if (HasFailure()) return;
+        rt->release_bank(g, nullptr);
+      }
+    }
+  }
+  expect_homes_intact(*rt);
+  rt->check_status();
 }
 
 TEST(LogicalRuntime, MulticastIsRefusedWhereNvlsIsDisabled) {

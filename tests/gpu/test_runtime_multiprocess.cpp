@@ -113,6 +113,90 @@ TEST(MultiProcess, ReplicasCountsAndReadyOverThousandGenerations) {
   cudaStreamDestroy(stream);
 }
 
+// SAMI with the owner inside a group of two (DESIGN §4.5: the owner also uses its helper slot):
+// each rank moves every other slice of the owner's bundle (the owner from its home slot, the
+// other rank over NVLink) and stores it to both helper slots. Both ranks as owners, a bundle of
+// 387 slices (the last one partial, odd count: member 0 moves one more), every copy shape, 1 to
+// 16 SMs, transports p2p-sami and plan (SAMI ops); then the benchmark's path (device
+// generations, one CUDA graph of 10 invocations). After every generation both members' helper
+// slots are byte-identical to the owner's bundle (poisoned first), the untargeted slot stays
+// poisoned, READY is exactly 2g+1 from both writers, and the homes are untouched.
+TEST(MultiProcess, SamiOwnerInsideGroupFillsBothHelperSlots) {
+  ISER_AS_RANKS(2, 120);
+  Communicator comm = Communicator::from_unique_id_file(env->id_file, env->rank, env->world);
+  RuntimeConfig c = two_rank_config();
+  c.num_slots = 4;
+  c.bundle = {(3 << 20) + 3 * 4096 + 16, 4096 + 48};  // 3,162,416 bytes: 386 slices + 304 bytes
+  Runtime rt(c, comm);
+  ASSERT_EQ(c.bundle.num_slices(), 387);
+  fill_homes(rt);
+  // Owner 0 (experts 0, 3) and owner 1 (expert 6), all over {0, 1}; helper 3 stays untargeted.
+  const std::vector<CopyOp> ops = {{0, 0, 0, 2, 0, kCopyModeSami},
+                                   {6, 1, 0, 2, 1, kCopyModeSami},
+                                   {3, 0, 0, 2, 2, kCopyModeSami}};
+  const int num_ops = static_cast<int>(ops.size());
+  DeviceVector<CopyOp> device_ops(ops);
+  DeviceVector<int32_t> slot_expert(c.num_ranks * c.num_slots);
+  cudaStream_t stream = nullptr;
+  ISER_EXPECT_CUDA(cudaStreamCreateWithFlags(&stream, cudaStreamNonBlocking));
+  const runtime::RegionLayout layout = runtime::make_region_layout(c);
+  uint64_t g = 0;
+  for (const TestCopyShape& shape : kTestCopyShapes) {
+    rt.set_copy_shape(shape.path, shape.warps, shape.stages);
+    for (int sms : {1, 8, 16}) {
+      for (Transport t : {Transport::kP2PSami, Transport::kPlan}) {
+        ++g;
+        const std::string what = std::string(to_string(t)) + ", " + shape.name() + ", " +
+                                 std::to_string(sms) + " SMs, generation " + std::to_string(g);
+        poison_helpers(rt);
+        barrier(comm);  // the peer writes into this rank's slots only after the poison
+        rt.replicate(device_ops.get(), num_ops, 0, g, t, stream, sms);
+        rt.ready_gate(device_ops.get(), num_ops, g, slot_expert.get(), stream, t);
+        ISER_EXPECT_CUDA(cudaStreamSynchronize(stream));
+        const auto flags = read_flags(rt, env->rank, layout.ready_flags);
+        ASSERT_EQ(flags[0], 2 * g + 1) << what;
+        ASSERT_EQ(flags[1], 2 * g + 1) << what;
+        ASSERT_EQ(slot_expert.download(), expected_slot_expert(c, ops)) << what;
+        expect_bank(rt, ops, 0, rt.bank_of(g), what.c_str());
+        if (HasFailure()) return;
+        rt.release_bank(g, stream);
+      }
+    }
+  }
+  // The benchmark's path: default shape, 8 SMs, device generations, 10 invocations in a graph.
+  rt.set_copy_shape(CopyPath::kBulk);
+  ISER_EXPECT_CUDA(cudaStreamSynchronize(stream));
+  poison_helpers(rt);
+  barrier(comm);
+  cudaGraph_t graph = nullptr;
+  cudaGraphExec_t exec = nullptr;
+  ISER_EXPECT_CUDA(cudaStreamBeginCapture(stream, cudaStreamCaptureModeThreadLocal));
+  for (int i = 0; i < 10; ++i) {
+    rt.replicate(device_ops.get(), num_ops, 0, kDeviceGeneration, Transport::kP2PSami, stream, 8);
+    rt.ready_gate(device_ops.get(), num_ops, kDeviceGeneration, slot_expert.get(), stream,
+                  Transport::kP2PSami);
+    rt.release_bank(kDeviceGeneration, stream);
+  }
+  ISER_EXPECT_CUDA(cudaStreamEndCapture(stream, &graph));
+  ISER_EXPECT_CUDA(cudaGraphInstantiate(&exec, graph, 0));
+  ISER_EXPECT_CUDA(cudaGraphLaunch(exec, stream));
+  ISER_EXPECT_CUDA(cudaStreamSynchronize(stream));
+  cudaGraphExecDestroy(exec);
+  cudaGraphDestroy(graph);
+  ASSERT_EQ(rt.last_generation(0), g + 10);
+  const auto flags = read_flags(rt, env->rank, layout.ready_flags);
+  EXPECT_EQ(flags[0], 2 * (g + 10) + 1);
+  EXPECT_EQ(flags[1], 2 * (g + 10) + 1);
+  EXPECT_EQ(slot_expert.download(), expected_slot_expert(c, ops));
+  for (int bank = 0; bank < c.num_banks; ++bank) {  // 10 generations wrote both banks
+    expect_bank(rt, ops, 0, bank, "p2p-sami, CUDA graph of 10 invocations");
+  }
+  expect_homes_intact(rt);
+  rt.check_status();
+  barrier(comm);
+  cudaStreamDestroy(stream);
+}
+
 TEST(MultiProcess, MismatchedConfigurationIsRefusedBeforeMapping) {
   ISER_AS_RANKS(2, 120);
   Communicator comm = Communicator::from_unique_id_file(env->id_file, env->rank, env->world);
