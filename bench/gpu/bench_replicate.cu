@@ -4,19 +4,13 @@
 // pure NVLink transfer) and/or inside it (group {0..P-1}: every rank, the owner too, receives a
 // replica; under p2p-sami every member moves its 1/P of the slices, so all GPUs' SMs drive the
 // owner's outgoing links). Every transport is measured in the same run:
-//   p2p-direct / p2p-sami (SM copies, 1..16 SMs), copy-engine (cudaMemcpyAsync), and
-//   ncclBroadcast tuned over protocol x channel count x CUDA-graph launch (best reported).
+//   p2p-direct / p2p-sami / p2p-sami-owner (SM copies, 1..16 SMs per GPU; p2p-sami-owner with
+//   the owner outside: the owner pushes every (g+1)-th slice, the members pull the rest),
+//   copy-engine (cudaMemcpyAsync), and ncclBroadcast tuned over protocol x channel count x
+//   CUDA-graph launch (best reported).
 // Sections: bundles (1/4/8 x 37.16 MB), size sweep (-b..-e, x -f), count-exchange latency
 // (P = 2 over NVLink and P logical ranks on one GPU), READY gate cost with nothing to copy.
-//
-// Flags: -b/-e/-f sizes, -w warm-up, -n iterations, -c check (1/0), -G graph (1/0: also time
-// ncclBroadcast and the SM transports captured in a CUDA graph), -J JSON file, -t transports
-// (comma list of p2p-direct,p2p-sami,copy-engine,nccl), -s copy-SM list, -g ranks, -x sections
-// (comma list of bundles,sweep,latency), -N bundle counts (comma list), -B helper banks (1/2),
-// -V copy shapes of the SM transports (comma list of bulk[:WxS] / registers[:W]: path, warps
-// per CTA, 8-KiB stages per warp; default bulk,registers), -O owner placements (list of out, in,
-// split; both = out,in, the default; split: owner outside, bundles alternately pushed by the
-// owner and pulled by the receivers, transport plan, >= 2 bundles).
+// Flags: bench_replicate_options.h.
 // Reported time: per-iteration median over -n iterations, slowest rank; algbw = bytes / time.
 // Graph rows: one CUDA graph of -n iterations, launched once; time = graph time / iterations.
 #include <nccl.h>
@@ -37,12 +31,17 @@
 
 #include <exception>
 
+#include "bench_replicate_options.h"
 #include "iser/runtime.h"
 
 extern char** environ;
 
 namespace {
 
+using bench_replicate::has;
+using bench_replicate::Options;
+using bench_replicate::parse_shape;
+using bench_replicate::Shape;
 using iser::CopyOp;
 using iser::Runtime;
 using iser::RuntimeConfig;
@@ -68,140 +67,6 @@ using iser::Transport;
   } while (0)
 
 constexpr int64_t kPaperBundle = 37'158'912;  // 37.16 MB: one expert of the paper's model
-
-struct Options {
-  int64_t min_bytes = 1 << 20;
-  int64_t max_bytes = int64_t{512} << 20;
-  int64_t factor = 2;
-  int warmup = 5;
-  int iters = 20;
-  int check = 1;
-  int graph = 1;
-  std::string json;
-  std::vector<std::string> transports = {"p2p-direct", "p2p-sami", "copy-engine", "nccl"};
-  std::vector<int> sms = {1, 2, 4, 8, 16};
-  int ranks = 2;
-  std::vector<std::string> sections = {"bundles", "sweep", "latency"};
-  std::vector<int> bundle_counts = {1, 4, 8};
-  int banks = 1;
-  std::vector<std::string> shapes = {"bulk", "registers"};
-  std::vector<std::string> owners = {"out", "in"};
-};
-
-struct Shape {
-  iser::CopyPath path = iser::CopyPath::kBulk;
-  int warps = 0;
-  int stages = 0;
-};
-
-// "bulk", "bulk:4x5", "registers", "registers:16".
-Shape parse_shape(const std::string& s) {
-  Shape shape;
-  const size_t colon = s.find(':');
-  const std::string path = s.substr(0, colon);
-  if (path == "bulk") {
-    shape.path = iser::CopyPath::kBulk;
-  } else if (path == "registers") {
-    shape.path = iser::CopyPath::kRegisters;
-  } else {
-    std::fprintf(stderr, "unknown copy shape %s (bulk[:WxS], registers[:W])\n", s.c_str());
-    std::exit(1);
-  }
-  if (colon != std::string::npos) {
-    shape.warps = std::atoi(s.c_str() + colon + 1);
-    const size_t x = s.find('x', colon);
-    if (x != std::string::npos) shape.stages = std::atoi(s.c_str() + x + 1);
-  }
-  return shape;
-}
-
-std::vector<std::string> split(const std::string& s) {
-  std::vector<std::string> out;
-  size_t begin = 0;
-  while (begin <= s.size()) {
-    const size_t end = s.find(',', begin);
-    out.push_back(s.substr(begin, end == std::string::npos ? std::string::npos : end - begin));
-    if (end == std::string::npos) break;
-    begin = end + 1;
-  }
-  return out;
-}
-
-int64_t parse_size(const std::string& s) {
-  char* end = nullptr;
-  double v = std::strtod(s.c_str(), &end);
-  const char unit = end && *end ? static_cast<char>(std::toupper(*end)) : ' ';
-  if (unit == 'K') v *= 1024;
-  if (unit == 'M') v *= 1024 * 1024;
-  if (unit == 'G') v *= 1024.0 * 1024 * 1024;
-  return static_cast<int64_t>(v);
-}
-
-Options parse(int argc, char** argv) {
-  Options o;
-  for (int i = 1; i + 1 < argc; i += 2) {
-    const std::string flag = argv[i];
-    const std::string value = argv[i + 1];
-    if (flag == "-b")
-      o.min_bytes = parse_size(value);
-    else if (flag == "-e")
-      o.max_bytes = parse_size(value);
-    else if (flag == "-f")
-      o.factor = std::max<int64_t>(2, std::atoll(value.c_str()));
-    else if (flag == "-w")
-      o.warmup = std::atoi(value.c_str());
-    else if (flag == "-n")
-      o.iters = std::max(1, std::atoi(value.c_str()));
-    else if (flag == "-c")
-      o.check = std::atoi(value.c_str());
-    else if (flag == "-G")
-      o.graph = std::atoi(value.c_str());
-    else if (flag == "-J")
-      o.json = value;
-    else if (flag == "-t")
-      o.transports = split(value);
-    else if (flag == "-g")
-      o.ranks = std::atoi(value.c_str());
-    else if (flag == "-x")
-      o.sections = split(value);
-    else if (flag == "-V")
-      o.shapes = split(value);
-    else if (flag == "-B")
-      o.banks = std::atoi(value.c_str());
-    else if (flag == "-O")
-      o.owners = value == "both" ? std::vector<std::string>{"out", "in"} : split(value);
-    else if (flag == "-N") {
-      o.bundle_counts.clear();
-      for (const auto& s : split(value)) o.bundle_counts.push_back(std::atoi(s.c_str()));
-    } else if (flag == "-s") {
-      o.sms.clear();
-      for (const auto& s : split(value)) o.sms.push_back(std::atoi(s.c_str()));
-    } else {
-      std::fprintf(stderr, "unknown flag %s\n", flag.c_str());
-      std::exit(1);
-    }
-  }
-  if (argc % 2 == 0) {
-    std::fprintf(stderr, "flag %s needs a value\n", argv[argc - 1]);
-    std::exit(1);
-  }
-  for (const std::string& owner : o.owners) {
-    if (owner != "out" && owner != "in" && owner != "split") {
-      std::fprintf(stderr, "-O %s: owner placement must be out, in, split or both\n",
-                   owner.c_str());
-      std::exit(1);
-    }
-  }
-  if (o.ranks < 2) {
-    std::fprintf(stderr, "-g %d: needs at least 2 ranks\n", o.ranks);
-    std::exit(1);
-  }
-  return o;
-}
-
-bool has(const std::vector<std::string>& list, const std::string& item) {
-  return std::find(list.begin(), list.end(), item) != list.end();
-}
 
 // ---- deterministic payload -----------------------------------------------------------------
 
@@ -484,7 +349,9 @@ void run_runtime_transports(World& w, const Options& o, const std::string& secti
     }
     for (const std::string& name : o.transports) {
       if (name == "nccl") continue;
-      const int mode = name == "p2p-sami" ? iser::kCopyModeSami : iser::kCopyModeDirect;
+      const int mode = name == "p2p-sami"         ? iser::kCopyModeSami
+                       : name == "p2p-sami-owner" ? iser::kCopyModeSamiOwner
+                                                  : iser::kCopyModeDirect;
       run_transport(w, o, *rt, section, bytes, num_bundles, name,
                     owner0_to_group(num_bundles, group, mode), device_ops, finish);
     }
@@ -791,7 +658,7 @@ int spawn_ranks(int argc, char** argv, const Options& o) {
 }  // namespace
 
 int main(int argc, char** argv) {
-  const Options o = parse(argc, argv);
+  const Options o = bench_replicate::parse(argc, argv);
   const char* rank = std::getenv("ISER_BENCH_RANK");
   try {
     if (!rank) return spawn_ranks(argc, argv, o);

@@ -56,11 +56,15 @@ struct BundleLayout {
 };
 
 enum class Transport : uint8_t {
-  kP2PDirect = 0,   // writer(s) store every slice to every member (SAMI ops keep SAMI slicing)
-  kP2PSami = 1,     // every op uses SAMI slicing: member i moves slices j = i (mod g)
-  kCopyEngine = 2,  // cudaMemcpyAsync from the owner to every member (needs a host copy list)
-  kMulticast = 3,   // multimem stores to a multicast object (refused where NCCL_NVLS_ENABLE=0)
-  kPlan = 4,        // as the plan says: owner-direct ops direct, SAMI ops SAMI (the default)
+  kP2PDirect = 0,     // writer(s) store every slice to every member (SAMI ops keep SAMI slicing)
+  kP2PSami = 1,       // every op uses SAMI slicing: member i moves slices j = i (mod g)
+  kCopyEngine = 2,    // cudaMemcpyAsync from the owner to every member (needs a host copy list)
+  kMulticast = 3,     // multimem stores to a multicast object (refused where NCCL_NVLS_ENABLE=0)
+  kPlan = 4,          // as the plan says: owner-direct ops direct, SAMI ops SAMI (the default)
+  kP2PSamiOwner = 5,  // owner-assisted SAMI: every op SAMI, and an owner outside its group of g
+                      // joins the members as writer g of g + 1 (slices j = g (mod g + 1)): the
+                      // SMs at both ends drive the owner -> member links, each member's slot
+                      // still gets one store per slice; owner inside its group: plain SAMI
 };
 std::string_view to_string(Transport transport);
 Transport transport_from_string(std::string_view name);  // "p2p-direct", "p2p-sami", ...
@@ -114,10 +118,12 @@ struct CopyOp {
   int32_t group_begin = 0;
   int32_t group_size = 0;
   int32_t helper = 0;  // helper index h: local slot H + h on every member
-  int32_t mode = 0;    // 0 owner-direct (owner writes), 1 SAMI (members write)
+  int32_t mode = 0;    // kCopyMode*: who writes (src/runtime/writers.h)
 };
-inline constexpr int32_t kCopyModeDirect = 0;
-inline constexpr int32_t kCopyModeSami = 1;
+inline constexpr int32_t kCopyModeDirect = 0;     // the owner writes every slice
+inline constexpr int32_t kCopyModeSami = 1;       // member i of g writes slices j = i (mod g)
+inline constexpr int32_t kCopyModeSamiOwner = 2;  // SAMI + an owner outside the group as writer g
+                                                  // of g + 1 (owner-assisted SAMI)
 // Plan -> copy list (plan order). Point-to-point broadcasts become owner-direct ops; resident
 // broadcasts are copied again (the runtime keeps no replica across generations yet).
 std::vector<CopyOp> make_copy_list(const Plan& plan);

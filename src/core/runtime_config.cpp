@@ -46,6 +46,8 @@ std::string_view to_string(Transport transport) {
       return "multicast";
     case Transport::kPlan:
       return "plan";
+    case Transport::kP2PSamiOwner:
+      return "p2p-sami-owner";
   }
   return "?";
 }
@@ -55,12 +57,14 @@ std::string_view to_string(CopyPath path) {
 }
 
 Transport transport_from_string(std::string_view name) {
-  for (Transport t : {Transport::kP2PDirect, Transport::kP2PSami, Transport::kCopyEngine,
-                      Transport::kMulticast, Transport::kPlan}) {
+  for (Transport t : {Transport::kP2PDirect, Transport::kP2PSami, Transport::kP2PSamiOwner,
+                      Transport::kCopyEngine, Transport::kMulticast, Transport::kPlan}) {
     if (name == to_string(t)) return t;
   }
   throw Error(fmt::format(
-      "transport: unknown value '{}' (p2p-direct, p2p-sami, copy-engine, multicast, plan)", name));
+      "transport: unknown value '{}' (p2p-direct, p2p-sami, p2p-sami-owner, copy-engine, "
+      "multicast, plan)",
+      name));
 }
 
 void RuntimeConfig::validate() const {
@@ -165,8 +169,9 @@ void validate_copy_list(const RuntimeConfig& config, std::span<const CopyOp> ops
                op.group_begin + op.group_size, config.num_ranks);
     ISER_CHECK(op.helper >= 0 && op.helper < config.num_slots,
                "copy list: op {} helper = {} not in [0, {})", i, op.helper, config.num_slots);
-    ISER_CHECK(op.mode == kCopyModeDirect || op.mode == kCopyModeSami,
-               "copy list: op {} mode = {} (0 direct, 1 SAMI)", i, op.mode);
+    ISER_CHECK(
+        op.mode == kCopyModeDirect || op.mode == kCopyModeSami || op.mode == kCopyModeSamiOwner,
+        "copy list: op {} mode = {} (0 direct, 1 SAMI, 2 owner-assisted SAMI)", i, op.mode);
     for (int m = op.group_begin; m < op.group_begin + op.group_size; ++m) {
       char& u = used[static_cast<size_t>(m) * config.num_slots + op.helper];
       ISER_CHECK(!u, "copy list: op {} reuses helper {} of rank {}", i, op.helper, m);

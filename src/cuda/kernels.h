@@ -50,7 +50,7 @@ struct ReplicateArgs {
   int32_t num_ops = 0;
   int32_t layer = 0;
   uint64_t generation = 0;     // kDeviceGeneration: the rank's last generation + 1 (bank g % banks)
-  int32_t mode_override = -1;  // -1: as each op says; else kCopyModeDirect / kCopyModeSami
+  int32_t mode_override = -1;  // -1: as each op says; else a kCopyMode* (runtime/writers.h)
   StoreKind store = StoreKind::kPeer;
   char* const* multicast_bases = nullptr;  // device array, multicast_group_index -> object
 };

@@ -1,6 +1,7 @@
 // READY gate, home fallback and bank release (DESIGN §9).
 #include "cuda/kernels.h"
 #include "cuda/sync.cuh"
+#include "runtime/writers.h"
 
 namespace iser::cuda {
 namespace {
@@ -20,9 +21,20 @@ struct GateParams {
   int32_t mode_override;  // as in ReplicateArgs: who wrote each op
 };
 
-// Waits for the writers of every op (the owner of an owner-direct op, the members of a SAMI op,
-// under the same mode override the replicate call used). A replica is valid only when all its
-// writers published exactly 2g+1 (drained, not failed); otherwise its routes fall back home.
+// Calls f(rank) for every writer of `op` under `mode` (runtime/writers.h: the owner of an
+// owner-direct op, the members of a SAMI op, the members and an owner outside the group of an
+// owner-assisted SAMI op).
+template <typename F>
+__device__ __forceinline__ void for_each_writer(const CopyOp& op, int mode, F&& f) {
+  for (int m = op.group_begin; m < op.group_begin + op.group_size; ++m) {
+    if (runtime::op_writer(op, mode, m).idx >= 0) f(m);
+  }
+  if (!runtime::owner_in_group(op) && runtime::op_writer(op, mode, op.owner).idx >= 0) f(op.owner);
+}
+
+// Waits for the writers of every op (under the same mode override the replicate call used). A
+// replica is valid only when all its writers published exactly 2g+1 (drained, not failed);
+// otherwise its routes fall back home.
 // NOTE: a rank acquires 2g+1 before it rewrites a route to (d, H+h); the writer's release is
 // cumulative over its stores to d, and d computes only on routes it receives after that decision
 // (causality order through the dispatch), so d reads the replica's bytes, never stale ones.
@@ -43,14 +55,8 @@ __global__ void __launch_bounds__(GateConfig::kThreads) ready_gate_kernel(const 
   __syncthreads();
   for (int k = threadIdx.x; k < p.num_ops; k += blockDim.x) {
     const CopyOp op = p.ops[k];
-    const int mode = p.mode_override >= 0 ? p.mode_override : op.mode;
-    if (mode == kCopyModeDirect) {
-      atomicOr(&needed[op.owner >> 5], 1u << (op.owner & 31));
-    } else {
-      for (int m = op.group_begin; m < op.group_begin + op.group_size; ++m) {
-        atomicOr(&needed[m >> 5], 1u << (m & 31));
-      }
-    }
+    for_each_writer(op, runtime::effective_mode(op, p.mode_override),
+                    [&](int w) { atomicOr(&needed[w >> 5], 1u << (w & 31)); });
   }
   __syncthreads();
   const auto* flags =
@@ -75,12 +81,9 @@ __global__ void __launch_bounds__(GateConfig::kThreads) ready_gate_kernel(const 
   __syncthreads();
   for (int k = threadIdx.x; k < p.num_ops; k += blockDim.x) {
     const CopyOp op = p.ops[k];
-    const int mode = p.mode_override >= 0 ? p.mode_override : op.mode;
     bool valid = true;
-    for (int r = mode == kCopyModeDirect ? op.owner : op.group_begin;
-         r < (mode == kCopyModeDirect ? op.owner + 1 : op.group_begin + op.group_size); ++r) {
-      valid = valid && ((ok[r >> 5] >> (r & 31)) & 1u);
-    }
+    for_each_writer(op, runtime::effective_mode(op, p.mode_override),
+                    [&](int w) { valid = valid && ((ok[w >> 5] >> (w & 31)) & 1u); });
     if (!valid) continue;
     for (int m = op.group_begin; m < op.group_begin + op.group_size; ++m) {
       out[m * num_slots + op.helper] = op.expert;

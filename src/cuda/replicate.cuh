@@ -14,6 +14,7 @@
 #include "cuda/bulk_copy.cuh"
 #include "cuda/kernels.h"
 #include "cuda/sync.cuh"
+#include "runtime/writers.h"
 
 namespace iser::cuda {
 
@@ -37,23 +38,16 @@ struct ReplicateParams {
   int32_t stages = 0;  // bulk path: stages per warp
 };
 
-__device__ __forceinline__ int effective_mode(const CopyOp& op, int32_t mode_override) {
-  return mode_override >= 0 ? mode_override : op.mode;
-}
-
-// Slices writer `w` moves for `op`: all of them for the owner of an owner-direct op; slices
-// j = i (mod g) for member i of a SAMI op.
+// Slices writer `w` moves for `op` under `mode`, and the slice of its task `task_idx` (who writes
+// what: runtime/writers.h).
 __device__ __forceinline__ int64_t op_slice_count(const CopyOp& op, int mode, int w,
                                                   int64_t num_slices) {
-  if (mode == kCopyModeDirect) return w == op.owner ? num_slices : 0;
-  const int member_idx = w - op.group_begin;
-  if (member_idx < 0 || member_idx >= op.group_size || member_idx >= num_slices) return 0;
-  return (num_slices - member_idx + op.group_size - 1) / op.group_size;
+  return runtime::writer_slice_count(runtime::op_writer(op, mode, w), num_slices);
 }
 
 __device__ __forceinline__ int64_t op_slice_index(const CopyOp& op, int mode, int w,
                                                   int64_t task_idx) {
-  return mode == kCopyModeDirect ? task_idx : (w - op.group_begin) + task_idx * op.group_size;
+  return runtime::writer_slice_index(runtime::op_writer(op, mode, w), task_idx);
 }
 
 __device__ __forceinline__ bool test_bit(const uint32_t* bits, int idx) {
@@ -81,7 +75,8 @@ __device__ bool fence_targets(const RankSpace& space, const CopyOp* ops, int num
   __syncthreads();
   for (int k = threadIdx.x; k < num_ops; k += blockDim.x) {
     const CopyOp op = ops[k];
-    if (op_slice_count(op, effective_mode(op, mode_override), w, num_slices) == 0) continue;
+    if (op_slice_count(op, runtime::effective_mode(op, mode_override), w, num_slices) == 0)
+      continue;
     atomicExch(&has_targets, 1);
     for (int m = op.group_begin; m < op.group_begin + op.group_size; ++m) {
       atomicOr(&targets[m >> 5], 1u << (m & 31));
@@ -191,7 +186,7 @@ __device__ void scan_slice_counts(const ReplicateParams& p, int w, int64_t num_s
     int64_t count = 0;
     if (k < num_ops) {
       const CopyOp op = p.args.ops[k];
-      count = op_slice_count(op, effective_mode(op, p.args.mode_override), w, num_slices);
+      count = op_slice_count(op, runtime::effective_mode(op, p.args.mode_override), w, num_slices);
     }
     int64_t inclusive = count;
     for (int d = 1; d < 32; d *= 2) {
@@ -240,7 +235,7 @@ __device__ __forceinline__ SliceTask locate_task(const ReplicateParams& p, const
   op_cursor = lo;
   SliceTask t;
   t.op = p.args.ops[lo];
-  const int mode = effective_mode(t.op, p.args.mode_override);
+  const int mode = runtime::effective_mode(t.op, p.args.mode_override);
   t.slice_idx = op_slice_index(t.op, mode, w, task - prefix[lo]);
   const int64_t slice_begin = t.slice_idx * kSliceBytes;
   t.bytes = static_cast<int32_t>(min(kSliceBytes, layout.bundle_bytes - slice_begin));

@@ -217,6 +217,8 @@ int32_t mode_override(Transport transport) {
       return kCopyModeDirect;
     case Transport::kP2PSami:
       return kCopyModeSami;
+    case Transport::kP2PSamiOwner:
+      return kCopyModeSamiOwner;
     case Transport::kPlan:
     case Transport::kMulticast:
       return -1;
@@ -264,28 +266,17 @@ void Runtime::launch_replicate(int local_begin, int local_end, const CopyOp* ops
   args.num_ops = num_ops;
   args.layer = layer;
   args.generation = generation;
-  switch (transport) {
-    case Transport::kPlan:
-      args.mode_override = -1;
-      break;
-    case Transport::kP2PDirect:
-      args.mode_override = kCopyModeDirect;
-      break;
-    case Transport::kP2PSami:
-      args.mode_override = kCopyModeSami;
-      break;
-    case Transport::kCopyEngine:
-      throw Error(
-          "replicate: the copy-engine transport needs a host copy list "
-          "(Runtime::replicate_copy_engine)");
-    case Transport::kMulticast: {
-      std::string reason;
-      ISER_CHECK(multicast_allowed(&reason), "{}", reason);
-      throw Error(
-          "replicate: multicast transport: this build binds no multicast objects (the kernel "
-          "path is compiled; creating NVLS objects is not implemented)");
-    }
+  ISER_CHECK(transport != Transport::kCopyEngine,
+             "replicate: the copy-engine transport needs a host copy list "
+             "(Runtime::replicate_copy_engine)");
+  if (transport == Transport::kMulticast) {
+    std::string reason;
+    ISER_CHECK(multicast_allowed(&reason), "{}", reason);
+    throw Error(
+        "replicate: multicast transport: this build binds no multicast objects (the kernel "
+        "path is compiled; creating NVLS objects is not implemented)");
   }
+  args.mode_override = mode_override(transport);
   ISER_CUDA_CHECK(cuda::launch_replicate(
       make_space(config_, device_peer_bases_, first_rank_, device_scratch_), args, local_begin,
       local_end, num_sms > 0 ? num_sms : config_.copy_sms,

@@ -1,13 +1,17 @@
-// CPU half of the runtime: configuration checks, fingerprints, copy lists, region layout and the
-// multicast guard + address arithmetic (the multicast path is never run on the lent machines).
+// CPU half of the runtime: configuration checks, fingerprints, copy lists, region layout, who
+// writes which slices of an op, and the multicast guard + address arithmetic (the multicast path
+// is never run on the lent machines).
 #include <gtest/gtest.h>
 
+#include <algorithm>
 #include <cstdlib>
 #include <string>
+#include <vector>
 
 #include "iser/error.h"
 #include "iser/runtime.h"
 #include "runtime/layout.h"
+#include "runtime/writers.h"
 
 namespace iser {
 namespace {
@@ -180,11 +184,86 @@ TEST(Multicast, AddressArithmetic) {
 }
 
 TEST(RuntimeConfig, TransportNames) {
-  for (Transport t : {Transport::kP2PDirect, Transport::kP2PSami, Transport::kCopyEngine,
-                      Transport::kMulticast, Transport::kPlan}) {
+  for (Transport t : {Transport::kP2PDirect, Transport::kP2PSami, Transport::kP2PSamiOwner,
+                      Transport::kCopyEngine, Transport::kMulticast, Transport::kPlan}) {
     EXPECT_EQ(transport_from_string(to_string(t)), t);
   }
+  EXPECT_EQ(to_string(Transport::kP2PSamiOwner), "p2p-sami-owner");
   expect_error([] { transport_from_string("nvls"); }, "'nvls'");
+}
+
+// Every slice of an op is moved by exactly one writer, and the writers are: the owner (direct);
+// the members, member i moving j = i (mod g) (SAMI); the members and an owner outside the group
+// as writer g, slices j = i (mod g + 1) (owner-assisted SAMI; inside: plain SAMI). Slice counts
+// 1..10 and 129 (fewer slices than writers, and a partial last slice in the bundles of the GPU
+// tests), groups of 1, 2 and 4 of 8 ranks, every owner.
+TEST(RuntimeWriters, EverySliceHasOneWriter) {
+  constexpr int kRanks = 8;
+  for (int mode : {kCopyModeDirect, kCopyModeSami, kCopyModeSamiOwner}) {
+    for (int g : {1, 2, 4}) {
+      for (int begin = 0; begin + g <= kRanks; begin += g) {
+        for (int owner = 0; owner < kRanks; ++owner) {
+          const CopyOp op{owner * 3, owner, begin, g, 0, mode};
+          const bool inside = owner >= begin && owner < begin + g;
+          // The writers in writer order, as the modes define them.
+          std::vector<int> writers;
+          if (mode == kCopyModeDirect) {
+            writers = {owner};
+          } else {
+            for (int m = begin; m < begin + g; ++m) writers.push_back(m);
+            if (mode == kCopyModeSamiOwner && !inside) writers.push_back(owner);
+          }
+          for (int64_t n : {1, 2, 3, 4, 5, 7, 10, 129}) {
+            std::vector<int> mover(n, -1);
+            for (int r = 0; r < kRanks; ++r) {
+              const runtime::OpWriter w = runtime::op_writer(op, mode, r);
+              const auto pos = std::find(writers.begin(), writers.end(), r);
+              const std::string what = "mode " + std::to_string(mode) + " group [" +
+                                       std::to_string(begin) + ", " + std::to_string(begin + g) +
+                                       ") owner " + std::to_string(owner) + " rank " +
+                                       std::to_string(r) + " slices " + std::to_string(n);
+              if (pos == writers.end()) {
+                EXPECT_EQ(w.idx, -1) << what;
+                EXPECT_EQ(runtime::writer_slice_count(w, n), 0) << what;
+                continue;
+              }
+              ASSERT_EQ(w.idx, pos - writers.begin()) << what;
+              ASSERT_EQ(w.count, static_cast<int32_t>(writers.size())) << what;
+              const int64_t count = runtime::writer_slice_count(w, n);
+              int64_t want_count = 0;
+              for (int64_t j = 0; j < n; ++j) want_count += j % w.count == w.idx;
+              EXPECT_EQ(count, want_count) << what;
+              for (int64_t t = 0; t < count; ++t) {
+                const int64_t j = runtime::writer_slice_index(w, t);
+                ASSERT_TRUE(j >= 0 && j < n) << what << " task " << t;
+                EXPECT_EQ(mover[j], -1) << what << ": slice " << j << " moved twice";
+                mover[j] = r;
+              }
+            }
+            for (int64_t j = 0; j < n; ++j) {
+              EXPECT_NE(mover[j], -1)
+                  << "mode " << mode << " owner " << owner << " group [" << begin << ", "
+                  << begin + g << "): slice " << j << " of " << n << " never moved";
+            }
+          }
+        }
+      }
+    }
+  }
+  // The transport override wins over the op's own mode; -1 keeps it.
+  const CopyOp op{0, 0, 1, 1, 0, kCopyModeDirect};
+  EXPECT_EQ(runtime::effective_mode(op, -1), kCopyModeDirect);
+  EXPECT_EQ(runtime::effective_mode(op, kCopyModeSamiOwner), kCopyModeSamiOwner);
+}
+
+TEST(RuntimeConfig, CopyListAcceptsOwnerAssistedSami) {
+  const RuntimeConfig c = small_config();  // H = 4
+  validate_copy_list(c, std::vector<CopyOp>{{1, 0, 2, 2, 0, kCopyModeSamiOwner}});
+  expect_error(
+      [&] {
+        validate_copy_list(c, std::vector<CopyOp>{{1, 0, 2, 2, 0, 3}});
+      },
+      "op 0 mode = 3 (0 direct, 1 SAMI, 2 owner-assisted SAMI)");
 }
 
 }  // namespace

@@ -227,6 +227,21 @@ inline std::vector<int32_t> expected_slot_expert(const RuntimeConfig& c,
   return out;
 }
 
+// Captures `times` calls of enqueue() on `stream` as one CUDA graph, launches it once and waits.
+template <typename Enqueue>
+void launch_as_graph(cudaStream_t stream, int times, Enqueue&& enqueue) {
+  cudaGraph_t graph = nullptr;
+  cudaGraphExec_t exec = nullptr;
+  ISER_EXPECT_CUDA(cudaStreamBeginCapture(stream, cudaStreamCaptureModeThreadLocal));
+  for (int i = 0; i < times; ++i) enqueue();
+  ISER_EXPECT_CUDA(cudaStreamEndCapture(stream, &graph));
+  ISER_EXPECT_CUDA(cudaGraphInstantiate(&exec, graph, 0));
+  ISER_EXPECT_CUDA(cudaGraphLaunch(exec, stream));
+  ISER_EXPECT_CUDA(cudaStreamSynchronize(stream));
+  cudaGraphExecDestroy(exec);
+  cudaGraphDestroy(graph);
+}
+
 // Test-only stall: a kernel that spins until *flag != 0 (host-mapped) or timeout_ns passed.
 cudaError_t launch_stall(const volatile int* device_flag, uint64_t timeout_ns, cudaStream_t stream);
 

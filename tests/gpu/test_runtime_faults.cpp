@@ -80,17 +80,19 @@ void expect_slot(Runtime& rt, const RuntimeConfig& c, const CopyOp& op, int bank
   }
 }
 
-TEST(RuntimeFaults, StalledCopyFallsBackToHomeSlots) {
-  ISER_REQUIRE_GPUS(1);
+// Rank 3's replicate (generation 1, under `transport`) stalls behind a kernel the host releases
+// only after the READY gate of the other ranks returned: the gate times out for writer 3, and
+// exactly the ops it writes (`valid[k]` false) lose their replica: `gate_want` is the expected
+// slot_expert ([rank][helper]) and their routes fall back home. Once released, the late copy
+// harms nothing and generation 2 replicates every op.
+void expect_stalled_rank3_falls_back(const std::vector<CopyOp>& ops, Transport transport,
+                                     const std::vector<bool>& valid,
+                                     const std::vector<int32_t>& gate_want) {
   const RuntimeConfig c = fault_config();
   auto rt = Runtime::logical(c);
   fill_homes(*rt);
   poison_helpers(*rt);
-  // op 0: owner 0 direct to all; op 1: SAMI over {2, 3} (rank 3 writes half of it); op 2: owner
-  // 1 direct to {0, 1}. Rank 3 stalls: only op 1 loses its replica.
-  const std::vector<CopyOp> ops = {{1, 0, 0, 4, 0, kCopyModeDirect},
-                                   {13, 3, 2, 2, 1, kCopyModeSami},
-                                   {6, 1, 0, 2, 1, kCopyModeDirect}};
+  const int num_ops = static_cast<int>(ops.size());
   DeviceVector<CopyOp> device_ops(ops);
   int* host_flag = nullptr;
   ISER_EXPECT_CUDA(cudaHostAlloc(&host_flag, sizeof(int), cudaHostAllocMapped));
@@ -108,14 +110,14 @@ TEST(RuntimeFaults, StalledCopyFallsBackToHomeSlots) {
   // otherwise wait for the stall (the failure this test saw before the preload).
   DeviceVector<int32_t> slot_expert(kRanks * kRanks * kSlots);
   std::mt19937 rng(5);
-  const Routes routes = make_routes(ops, {true, false, true}, 500, rng);
+  const Routes routes = make_routes(ops, valid, 500, rng);
   DeviceVector<int32_t> experts(routes.experts);
   DeviceVector<int32_t> slots(routes.slots);
   ISER_EXPECT_CUDA(cudaDeviceSynchronize());
   ISER_EXPECT_CUDA(launch_stall(device_flag, 5'000'000'000ull, stalled));
-  rt->replicate_ranks(3, 4, device_ops.get(), 3, 0, 1, Transport::kPlan, stalled);
-  rt->replicate_ranks(0, 3, device_ops.get(), 3, 0, 1, Transport::kPlan, main_stream);
-  rt->ready_gate(device_ops.get(), 3, 1, slot_expert.get(), main_stream);
+  rt->replicate_ranks(3, 4, device_ops.get(), num_ops, 0, 1, transport, stalled);
+  rt->replicate_ranks(0, 3, device_ops.get(), num_ops, 0, 1, transport, main_stream);
+  rt->ready_gate(device_ops.get(), num_ops, 1, slot_expert.get(), main_stream, transport);
   rt->fallback_rewrite(slot_expert.get(), experts.get(), slots.get(), 500, main_stream);
   ISER_EXPECT_CUDA(cudaStreamSynchronize(main_stream));  // the gate returned: no hang
   // Copy results out on the main stream while the copy is still stalled (a plain cudaMemcpy
@@ -134,14 +136,12 @@ TEST(RuntimeFaults, StalledCopyFallsBackToHomeSlots) {
 
   EXPECT_EQ(got_slots, routes.want);
   for (int i = 0; i < kRanks; ++i) {
-    // rank d, helper h -> expert: op 0 everywhere in helper 0; op 2 on {0, 1} helper 1; op 1
-    // ({2, 3} helper 1) invalid.
-    const std::vector<int32_t> want = {1, 6, 1, 6, 1, -1, 1, -1};
-    EXPECT_EQ(std::vector<int32_t>(gate.begin() + i * 8, gate.begin() + (i + 1) * 8), want)
+    EXPECT_EQ(std::vector<int32_t>(gate.begin() + i * 8, gate.begin() + (i + 1) * 8), gate_want)
         << "gate of rank " << i;
   }
-  expect_slot(*rt, c, ops[0], 0, true);
-  expect_slot(*rt, c, ops[2], 0, true);
+  for (int k = 0; k < num_ops; ++k) {
+    if (valid[k]) expect_slot(*rt, c, ops[k], 0, true);
+  }
 
   // The late copy completed; nothing that was decided changes, and the next generation works.
   uint64_t fallbacks = 0;
@@ -165,8 +165,8 @@ TEST(RuntimeFaults, StalledCopyFallsBackToHomeSlots) {
   rt->clear_status();
   rt->release_bank(1, main_stream);
   poison_helpers(*rt);
-  rt->replicate(device_ops.get(), 3, 0, 2, Transport::kPlan, main_stream);
-  rt->ready_gate(device_ops.get(), 3, 2, slot_expert.get(), main_stream);
+  rt->replicate(device_ops.get(), num_ops, 0, 2, transport, main_stream);
+  rt->ready_gate(device_ops.get(), num_ops, 2, slot_expert.get(), main_stream, transport);
   ISER_EXPECT_CUDA(cudaStreamSynchronize(main_stream));
   rt->check_status();
   expect_bank(*rt, ops, 0, 0, "generation after the stall");
@@ -177,6 +177,32 @@ TEST(RuntimeFaults, StalledCopyFallsBackToHomeSlots) {
   cudaStreamDestroy(main_stream);
   cudaStreamDestroy(stalled);
   cudaFreeHost(host_flag);
+}
+
+TEST(RuntimeFaults, StalledCopyFallsBackToHomeSlots) {
+  ISER_REQUIRE_GPUS(1);
+  // op 0: owner 0 direct to all; op 1: SAMI over {2, 3} (rank 3 writes half of it); op 2: owner
+  // 1 direct to {0, 1}. Rank 3 stalls: only op 1 loses its replica. Gate, rank d helper h ->
+  // expert: op 0 everywhere in helper 0; op 2 on {0, 1} helper 1; op 1 ({2, 3} helper 1) invalid.
+  expect_stalled_rank3_falls_back({{1, 0, 0, 4, 0, kCopyModeDirect},
+                                   {13, 3, 2, 2, 1, kCopyModeSami},
+                                   {6, 1, 0, 2, 1, kCopyModeDirect}},
+                                  Transport::kPlan, {true, false, true},
+                                  {1, 6, 1, 6, 1, -1, 1, -1});
+}
+
+// Owner-assisted SAMI: the gate waits for the owner outside the group as a writer. op 0: owner 3
+// outside {0, 1} (writers 0, 1 and 3); op 1: owner 0 outside {2} (writers 2 and 0); op 2: owner 1
+// inside {0, 1} (plain SAMI, writers 0 and 1). The owner of op 0 stalls: only op 0 loses its
+// replica (under p2p-sami its members alone would have written it all). Gate: helper 0 of {0, 1}
+// invalid, expert 6 in helper 1 of {0, 1}, expert 1 in helper 0 of 2.
+TEST(RuntimeFaults, StalledOwnerOfOwnerAssistedOpFallsBack) {
+  ISER_REQUIRE_GPUS(1);
+  expect_stalled_rank3_falls_back({{13, 3, 0, 2, 0, kCopyModeSamiOwner},
+                                   {1, 0, 2, 1, 0, kCopyModeSamiOwner},
+                                   {6, 1, 0, 2, 1, kCopyModeSamiOwner}},
+                                  Transport::kP2PSamiOwner, {false, true, true},
+                                  {-1, 6, -1, 6, 1, -1, -1, -1});
 }
 
 TEST(RuntimeFaults, StalledConsumerBlocksReuseAndFallsBack) {

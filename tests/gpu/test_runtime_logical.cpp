@@ -1,6 +1,7 @@
 // Runtime on one GPU with P logical ranks (P = 4, 8, 16): replicas byte-identical to their
 // owners' bundles for every transport, SAMI slice ownership, owners outside their group, the
-// count exchange, READY with nothing to copy and over 1,000 generations.
+// owner-assisted SAMI transport, the count exchange, READY with nothing to copy and over 1,000
+// generations.
 #include <gtest/gtest.h>
 
 #include <random>
@@ -33,6 +34,28 @@ void publish_others(Runtime& rt, int writer, uint64_t generation) {
                        Transport::kPlan, nullptr);
   }
   ASSERT_EQ(cudaDeviceSynchronize(), cudaSuccess);
+}
+
+// On every member of `op`, the slices j with mine(j) of its helper slot (bank) hold the owner's
+// bytes and every other slice is still poisoned (home layer 0).
+template <typename Mine>
+void expect_slices_written(Runtime& rt, const CopyOp& op, int bank, Mine&& mine,
+                           const std::string& what) {
+  const RuntimeConfig& c = rt.config();
+  const auto src = bundle_pattern(c, op.owner, 0, op.expert % c.experts_per_rank());
+  for (int m = op.group_begin; m < op.group_begin + op.group_size; ++m) {
+    const auto got = read_device(rt.helper_slot(m, bank, op.helper), c.bundle.slot_stride());
+    for (int64_t j = 0; j < c.bundle.num_slices(); ++j) {
+      const int64_t begin = j * kSliceBytes;
+      const int64_t end = std::min<int64_t>(begin + kSliceBytes, c.bundle.bytes());
+      const bool equal = std::equal(got.begin() + begin, got.begin() + end, src.begin() + begin);
+      const bool poisoned = std::all_of(got.begin() + begin, got.begin() + end,
+                                        [](uint8_t b) { return b == kPoison; });
+      EXPECT_TRUE(mine(j) ? equal : poisoned)
+          << what << ": member " << m << " slice " << j
+          << (mine(j) ? " should be copied" : " should be untouched");
+    }
+  }
 }
 
 class LogicalRanks : public ::testing::TestWithParam<int> {
@@ -107,8 +130,6 @@ TEST_P(LogicalRanks, SamiSliceOwnershipAndOwnerOutsideGroup) {
   const RuntimeConfig c = logical_config(p);
   auto rt = Runtime::logical(c);
   fill_homes(*rt);
-  const runtime::RegionLayout layout = runtime::make_region_layout(c);
-  const int64_t num_slices = c.bundle.num_slices();
   // op 0: expert of rank 1 over all ranks (owner inside); op 1: expert of rank 0 over the upper
   // half (owner outside).
   const std::vector<CopyOp> ops = {{4 * 1 + 2, 1, 0, p, 0, kCopyModeSami},
@@ -124,24 +145,13 @@ TEST_P(LogicalRanks, SamiSliceOwnershipAndOwnerOutsideGroup) {
     publish_others(*rt, writer, generation);
     for (int k = 0; k < 2; ++k) {
       const CopyOp& op = ops[k];
-      const auto src = bundle_pattern(c, op.owner, 0, op.expert % 4);
       const int member_idx = writer - op.group_begin;
-      for (int m = op.group_begin; m < op.group_begin + op.group_size; ++m) {
-        const auto got = read_device(rt->helper_slot(m, 0, op.helper), layout.slot_stride);
-        for (int64_t j = 0; j < num_slices; ++j) {
-          const bool mine =
-              member_idx >= 0 && member_idx < op.group_size && j % op.group_size == member_idx;
-          const int64_t begin = j * kSliceBytes;
-          const int64_t end = std::min<int64_t>(begin + kSliceBytes, c.bundle.bytes());
-          const bool equal =
-              std::equal(got.begin() + begin, got.begin() + end, src.begin() + begin);
-          const bool poisoned = std::all_of(got.begin() + begin, got.begin() + end,
-                                            [](uint8_t b) { return b == kPoison; });
-          EXPECT_TRUE(mine ? equal : poisoned)
-              << "op " << k << " writer " << writer << " member " << m << " slice " << j
-              << (mine ? " should be copied" : " should be untouched");
-        }
-      }
+      expect_slices_written(
+          *rt, op, 0,
+          [&](int64_t j) {
+            return member_idx >= 0 && member_idx < op.group_size && j % op.group_size == member_idx;
+          },
+          "op " + std::to_string(k) + " writer " + std::to_string(writer));
     }
     rt->release_bank(generation, stream_);
   }
@@ -272,6 +282,52 @@ TEST(LogicalRuntime, ThousandGenerationsMonotone) {
   cudaStreamDestroy(stream);
 }
 
+// Expects slot_expert (every local rank's gate output) to mark every replica of `ops` valid, and
+// every READY flag to be exactly 2g+1.
+void expect_gate_and_ready(const Runtime& rt, const std::vector<CopyOp>& ops,
+                           const DeviceVector<int32_t>& slot_expert, uint64_t g,
+                           const std::string& what) {
+  const RuntimeConfig& c = rt.config();
+  const auto want = expected_slot_expert(c, ops);
+  const auto got = slot_expert.download();
+  for (int i = 0; i < c.num_ranks; ++i) {
+    EXPECT_TRUE(std::equal(want.begin(), want.end(), got.begin() + i * want.size()))
+        << what << ": slot_expert of rank " << i;
+  }
+  for (int r = 0; r < c.num_ranks; ++r) {
+    for (uint64_t v : read_flags(rt, r, runtime::make_region_layout(c).ready_flags)) {
+      EXPECT_EQ(v, 2 * g + 1) << what << ": READY flag on rank " << r;
+    }
+  }
+}
+
+// Every copy shape on 1, 3 and 16 SMs, transports `transport` and plan (the ops' own modes), one
+// generation each from g + 1 on (g is advanced): every member's helper slot byte-identical to the
+// owner's bundle (poisoned first), the gate marks every replica valid, READY exactly 2g+1.
+void expect_replicas_every_shape(Runtime& rt, const std::vector<CopyOp>& ops,
+                                 const CopyOp* device_ops, const DeviceVector<int32_t>& slot_expert,
+                                 Transport transport, uint64_t& g) {
+  const int num_ops = static_cast<int>(ops.size());
+  for (const TestCopyShape& shape : kTestCopyShapes) {
+    rt.set_copy_shape(shape.path, shape.warps, shape.stages);
+    for (int sms : {1, 3, 16}) {
+      for (Transport t : {transport, Transport::kPlan}) {
+        ++g;
+        const std::string what =
+            std::string(to_string(t)) + ", " + shape.name() + ", " + std::to_string(sms) + " SMs";
+        poison_helpers(rt);
+        rt.replicate(device_ops, num_ops, 0, g, t, nullptr, sms);
+        rt.ready_gate(device_ops, num_ops, g, slot_expert.get(), nullptr, t);
+        ISER_EXPECT_CUDA(cudaDeviceSynchronize());
+        expect_bank(rt, ops, 0, rt.bank_of(g), what.c_str());
+        expect_gate_and_ready(rt, ops, slot_expert, g, what);
+        if (::testing::Test::HasFailure()) return;
+        rt.release_bank(g, nullptr);
+      }
+    }
+  }
+}
+
 // SAMI with the owner inside its group (DESIGN §4.5: the owner also fills its own helper slot),
 // P = 4: groups of 4 with the owner at position 2 and at position 0, groups of 2 with the owner
 // at position 1 ({2, 3}) and 0 ({0, 1}). A 1 MiB bundle (129 slices, the last one partial: each
@@ -291,38 +347,107 @@ TEST(LogicalRuntime, SamiOwnerInsideGroupFillsEveryMember) {
                                    {4 * 3 + 2, 3, 2, 2, 2, kCopyModeSami},
                                    {0, 0, 0, 2, 2, kCopyModeSami}};
   validate_copy_list(c, ops);
+  DeviceVector<CopyOp> device_ops(ops);
+  DeviceVector<int32_t> slot_expert(static_cast<size_t>(c.num_ranks) * c.num_ranks * c.num_slots);
+  uint64_t g = 0;
+  expect_replicas_every_shape(*rt, ops, device_ops.get(), slot_expert, Transport::kP2PSami, g);
+  expect_homes_intact(*rt);
+  rt->check_status();
+}
+
+// Owner-assisted SAMI (p2p-sami-owner), P = 4: owners outside groups of 2 and 1, and one owner
+// inside a group of 4 (plain SAMI). A bundle of 129 slices, the last one partial (the owner of
+// the op over {2, 3} moves it: slice 128 = 2 (mod 3)).
+const std::vector<CopyOp>& owner_assisted_ops() {
+  static const std::vector<CopyOp> ops = {{3, 0, 2, 2, 0, kCopyModeSamiOwner},
+                                          {4 * 2 + 1, 2, 1, 1, 0, kCopyModeSamiOwner},
+                                          {4 * 1 + 2, 1, 0, 4, 1, kCopyModeSamiOwner},
+                                          {4 * 3, 3, 0, 1, 2, kCopyModeSamiOwner}};
+  return ops;
+}
+
+RuntimeConfig owner_assisted_config() {
+  RuntimeConfig c = logical_config(4, 2);
+  c.bundle = {(1 << 20) + 16, 4096 + 48};
+  return c;
+}
+
+// One writer at a time: the owner outside its group stores exactly its slices j = g (mod g + 1)
+// and member i its slices j = i (mod g + 1) to every member, each slice once; an owner inside its
+// group writes as a plain SAMI member (j = i (mod g)).
+TEST(LogicalRuntime, SamiOwnerAssistedSliceOwnership) {
+  ISER_REQUIRE_GPUS(1);
+  const RuntimeConfig c = owner_assisted_config();
+  auto rt = Runtime::logical(c);
+  ASSERT_EQ(c.bundle.num_slices(), 129);
+  fill_homes(*rt);
+  const std::vector<CopyOp>& ops = owner_assisted_ops();
+  const int num_ops = static_cast<int>(ops.size());
+  validate_copy_list(c, ops);
+  DeviceVector<CopyOp> device_ops(ops);
+  uint64_t generation = 0;
+  for (Transport t : {Transport::kP2PSamiOwner, Transport::kPlan}) {
+    for (int writer = 0; writer < c.num_ranks; ++writer) {
+      poison_helpers(*rt);
+      ++generation;
+      const int bank = rt->bank_of(generation);
+      rt->replicate_ranks(writer, writer + 1, device_ops.get(), num_ops, 0, generation, t, nullptr,
+                          3);
+      ISER_EXPECT_CUDA(cudaDeviceSynchronize());
+      publish_others(*rt, writer, generation);
+      for (int k = 0; k < num_ops; ++k) {
+        const CopyOp& op = ops[k];
+        const bool inside = op.owner >= op.group_begin && op.owner < op.group_begin + op.group_size;
+        const int num_writers = op.group_size + (inside ? 0 : 1);
+        const bool is_member = writer >= op.group_begin && writer < op.group_begin + op.group_size;
+        const int writer_idx = is_member            ? writer - op.group_begin
+                               : writer == op.owner ? op.group_size
+                                                    : -1;
+        expect_slices_written(
+            *rt, op, bank,
+            [&](int64_t j) { return writer_idx >= 0 && j % num_writers == writer_idx; },
+            std::string(to_string(t)) + ": op " + std::to_string(k) + " writer " +
+                std::to_string(writer));
+        if (HasFailure()) return;
+      }
+      rt->release_bank(generation, nullptr);
+    }
+  }
+  rt->check_status();
+}
+
+// Every copy shape, 1 to 16 SMs, transports p2p-sami-owner and plan (ops of mode 2): every
+// member's helper slot byte-identical to the owner's bundle (poisoned first), the gate marks every
+// replica valid, READY exactly 2g+1 everywhere; then 6 invocations in one CUDA graph (device
+// generations, both banks); homes untouched.
+TEST(LogicalRuntime, SamiOwnerAssistedFillsEveryMember) {
+  ISER_REQUIRE_GPUS(1);
+  const RuntimeConfig c = owner_assisted_config();
+  auto rt = Runtime::logical(c);
+  fill_homes(*rt);
+  const std::vector<CopyOp>& ops = owner_assisted_ops();
   const int num_ops = static_cast<int>(ops.size());
   DeviceVector<CopyOp> device_ops(ops);
   DeviceVector<int32_t> slot_expert(static_cast<size_t>(c.num_ranks) * c.num_ranks * c.num_slots);
-  const runtime::RegionLayout layout = runtime::make_region_layout(c);
-  const auto want = expected_slot_expert(c, ops);
   uint64_t g = 0;
-  for (const TestCopyShape& shape : kTestCopyShapes) {
-    rt->set_copy_shape(shape.path, shape.warps, shape.stages);
-    for (int sms : {1, 3, 16}) {
-      for (Transport t : {Transport::kP2PSami, Transport::kPlan}) {
-        ++g;
-        const std::string what =
-            std::string(to_string(t)) + ", " + shape.name() + ", " + std::to_string(sms) + " SMs";
-        poison_helpers(*rt);
-        rt->replicate(device_ops.get(), num_ops, 0, g, t, nullptr, sms);
-        rt->ready_gate(device_ops.get(), num_ops, g, slot_expert.get(), nullptr, t);
-        ISER_EXPECT_CUDA(cudaDeviceSynchronize());
-        expect_bank(*rt, ops, 0, 0, what.c_str());
-        const auto got = slot_expert.download();
-        for (int i = 0; i < c.num_ranks; ++i) {
-          EXPECT_TRUE(std::equal(want.begin(), want.end(), got.begin() + i * want.size()))
-              << what << ": slot_expert of rank " << i;
-        }
-        for (int r = 0; r < c.num_ranks; ++r) {
-          for (uint64_t v : read_flags(*rt, r, layout.ready_flags)) {
-            EXPECT_EQ(v, 2 * g + 1) << what << ": READY flag on rank " << r;
-          }
-        }
-        if (HasFailure()) return;
-        rt->release_bank(g, nullptr);
-      }
-    }
+  expect_replicas_every_shape(*rt, ops, device_ops.get(), slot_expert, Transport::kP2PSamiOwner, g);
+  if (HasFailure()) return;
+  rt->set_copy_shape(CopyPath::kBulk);
+  poison_helpers(*rt);
+  cudaStream_t stream = nullptr;
+  ISER_EXPECT_CUDA(cudaStreamCreateWithFlags(&stream, cudaStreamNonBlocking));
+  launch_as_graph(stream, 6, [&] {
+    rt->replicate(device_ops.get(), num_ops, 0, kDeviceGeneration, Transport::kP2PSamiOwner, stream,
+                  8);
+    rt->ready_gate(device_ops.get(), num_ops, kDeviceGeneration, slot_expert.get(), stream,
+                   Transport::kP2PSamiOwner);
+    rt->release_bank(kDeviceGeneration, stream);
+  });
+  cudaStreamDestroy(stream);
+  for (int r = 0; r < c.num_ranks; ++r) ASSERT_EQ(rt->last_generation(r), g + 6) << "rank " << r;
+  expect_gate_and_ready(*rt, ops, slot_expert, g + 6, "CUDA graph of 6 invocations");
+  for (int bank = 0; bank < c.num_banks; ++bank) {
+    expect_bank(*rt, ops, 0, bank, "p2p-sami-owner, CUDA graph of 6 invocations");
   }
   expect_homes_intact(*rt);
   rt->check_status();

@@ -113,27 +113,24 @@ TEST(MultiProcess, ReplicasCountsAndReadyOverThousandGenerations) {
   cudaStreamDestroy(stream);
 }
 
-// SAMI with the owner inside a group of two (DESIGN §4.5: the owner also uses its helper slot):
-// each rank moves every other slice of the owner's bundle (the owner from its home slot, the
-// other rank over NVLink) and stores it to both helper slots. Both ranks as owners, a bundle of
-// 387 slices (the last one partial, odd count: member 0 moves one more), every copy shape, 1 to
-// 16 SMs, transports p2p-sami and plan (SAMI ops); then the benchmark's path (device
-// generations, one CUDA graph of 10 invocations). After every generation both members' helper
-// slots are byte-identical to the owner's bundle (poisoned first), the untargeted slot stays
-// poisoned, READY is exactly 2g+1 from both writers, and the homes are untouched.
-TEST(MultiProcess, SamiOwnerInsideGroupFillsBothHelperSlots) {
-  ISER_AS_RANKS(2, 120);
-  Communicator comm = Communicator::from_unique_id_file(env->id_file, env->rank, env->world);
+// Two ranks, a bundle of 387 slices (the last one partial), 4 helper slots. Replicates `ops` under
+// `transport` and `plan` (which keeps the ops' own modes) for every copy shape on 1, 8 and 16 SMs,
+// then under `transport` as the benchmark runs it: one CUDA graph of 10 invocations with device
+// generations (default shape, 8 SMs). After every generation (after the graph: in both banks) every
+// member's helper slot is byte-identical to the owner's bundle (poisoned first), untargeted slots
+// stay poisoned, READY is exactly 2g+1 from both writers and the gate marks every replica valid;
+// the homes stay untouched.
+void expect_replicas_every_shape_then_graph(const RankEnv& env, const std::vector<CopyOp>& ops,
+                                            Transport transport) {
+  Communicator comm = Communicator::from_unique_id_file(env.id_file, env.rank, env.world);
   RuntimeConfig c = two_rank_config();
   c.num_slots = 4;
   c.bundle = {(3 << 20) + 3 * 4096 + 16, 4096 + 48};  // 3,162,416 bytes: 386 slices + 304 bytes
   Runtime rt(c, comm);
   ASSERT_EQ(c.bundle.num_slices(), 387);
+  validate_copy_list(c, ops);
   fill_homes(rt);
-  // Owner 0 (experts 0, 3) and owner 1 (expert 6), all over {0, 1}; helper 3 stays untargeted.
-  const std::vector<CopyOp> ops = {{0, 0, 0, 2, 0, kCopyModeSami},
-                                   {6, 1, 0, 2, 1, kCopyModeSami},
-                                   {3, 0, 0, 2, 2, kCopyModeSami}};
+  const int rank = env.rank;
   const int num_ops = static_cast<int>(ops.size());
   DeviceVector<CopyOp> device_ops(ops);
   DeviceVector<int32_t> slot_expert(c.num_ranks * c.num_slots);
@@ -144,7 +141,7 @@ TEST(MultiProcess, SamiOwnerInsideGroupFillsBothHelperSlots) {
   for (const TestCopyShape& shape : kTestCopyShapes) {
     rt.set_copy_shape(shape.path, shape.warps, shape.stages);
     for (int sms : {1, 8, 16}) {
-      for (Transport t : {Transport::kP2PSami, Transport::kPlan}) {
+      for (Transport t : {transport, Transport::kPlan}) {
         ++g;
         const std::string what = std::string(to_string(t)) + ", " + shape.name() + ", " +
                                  std::to_string(sms) + " SMs, generation " + std::to_string(g);
@@ -153,48 +150,69 @@ TEST(MultiProcess, SamiOwnerInsideGroupFillsBothHelperSlots) {
         rt.replicate(device_ops.get(), num_ops, 0, g, t, stream, sms);
         rt.ready_gate(device_ops.get(), num_ops, g, slot_expert.get(), stream, t);
         ISER_EXPECT_CUDA(cudaStreamSynchronize(stream));
-        const auto flags = read_flags(rt, env->rank, layout.ready_flags);
+        const auto flags = read_flags(rt, rank, layout.ready_flags);
         ASSERT_EQ(flags[0], 2 * g + 1) << what;
         ASSERT_EQ(flags[1], 2 * g + 1) << what;
         ASSERT_EQ(slot_expert.download(), expected_slot_expert(c, ops)) << what;
         expect_bank(rt, ops, 0, rt.bank_of(g), what.c_str());
-        if (HasFailure()) return;
+        if (::testing::Test::HasFailure()) return;
         rt.release_bank(g, stream);
       }
     }
   }
-  // The benchmark's path: default shape, 8 SMs, device generations, 10 invocations in a graph.
   rt.set_copy_shape(CopyPath::kBulk);
+  const std::string graph_what =
+      std::string(to_string(transport)) + ", CUDA graph of 10 invocations";
   ISER_EXPECT_CUDA(cudaStreamSynchronize(stream));
   poison_helpers(rt);
   barrier(comm);
-  cudaGraph_t graph = nullptr;
-  cudaGraphExec_t exec = nullptr;
-  ISER_EXPECT_CUDA(cudaStreamBeginCapture(stream, cudaStreamCaptureModeThreadLocal));
-  for (int i = 0; i < 10; ++i) {
-    rt.replicate(device_ops.get(), num_ops, 0, kDeviceGeneration, Transport::kP2PSami, stream, 8);
+  launch_as_graph(stream, 10, [&] {
+    rt.replicate(device_ops.get(), num_ops, 0, kDeviceGeneration, transport, stream, 8);
     rt.ready_gate(device_ops.get(), num_ops, kDeviceGeneration, slot_expert.get(), stream,
-                  Transport::kP2PSami);
+                  transport);
     rt.release_bank(kDeviceGeneration, stream);
-  }
-  ISER_EXPECT_CUDA(cudaStreamEndCapture(stream, &graph));
-  ISER_EXPECT_CUDA(cudaGraphInstantiate(&exec, graph, 0));
-  ISER_EXPECT_CUDA(cudaGraphLaunch(exec, stream));
-  ISER_EXPECT_CUDA(cudaStreamSynchronize(stream));
-  cudaGraphExecDestroy(exec);
-  cudaGraphDestroy(graph);
+  });
   ASSERT_EQ(rt.last_generation(0), g + 10);
-  const auto flags = read_flags(rt, env->rank, layout.ready_flags);
+  const auto flags = read_flags(rt, rank, layout.ready_flags);
   EXPECT_EQ(flags[0], 2 * (g + 10) + 1);
   EXPECT_EQ(flags[1], 2 * (g + 10) + 1);
   EXPECT_EQ(slot_expert.download(), expected_slot_expert(c, ops));
   for (int bank = 0; bank < c.num_banks; ++bank) {  // 10 generations wrote both banks
-    expect_bank(rt, ops, 0, bank, "p2p-sami, CUDA graph of 10 invocations");
+    expect_bank(rt, ops, 0, bank, graph_what.c_str());
   }
   expect_homes_intact(rt);
   rt.check_status();
   barrier(comm);
   cudaStreamDestroy(stream);
+}
+
+// SAMI with the owner inside a group of two (DESIGN §4.5: the owner also uses its helper slot):
+// each rank moves every other slice of the owner's bundle (the owner from its home slot, the
+// other rank over NVLink) and stores it to both helper slots. Both ranks as owners, a bundle of
+// 387 slices (the last one partial, odd count: member 0 moves one more), transports p2p-sami and
+// plan (SAMI ops), checked as expect_replicas_every_shape_then_graph says.
+TEST(MultiProcess, SamiOwnerInsideGroupFillsBothHelperSlots) {
+  ISER_AS_RANKS(2, 120);
+  // Owner 0 (experts 0, 3) and owner 1 (expert 6), all over {0, 1}; helper 3 stays untargeted.
+  const std::vector<CopyOp> ops = {{0, 0, 0, 2, 0, kCopyModeSami},
+                                   {6, 1, 0, 2, 1, kCopyModeSami},
+                                   {3, 0, 0, 2, 2, kCopyModeSami}};
+  expect_replicas_every_shape_then_graph(*env, ops, Transport::kP2PSami);
+}
+
+// Owner-assisted SAMI over NVLink, g = 1: owner 0 outside group {1} and owner 1 outside group
+// {0}, so both GPUs move each bundle (the owner pushes the odd slices from its home slot, the
+// member pulls the even ones) and each GPU is the owner of one op and the member of another. A
+// bundle of 387 slices (the last one partial, moved by the member), transports p2p-sami-owner and
+// plan (ops of mode 2), checked as expect_replicas_every_shape_then_graph says.
+TEST(MultiProcess, SamiOwnerAssistedFillsMembersFromBothGpus) {
+  ISER_AS_RANKS(2, 120);
+  // Helper 0: expert 0 (owner 0) on {1} and expert 5 (owner 1) on {0}; helper 1: expert 3 (owner
+  // 0) on {1}; helper 2 on {1} and helper 3 everywhere stay untargeted (rank 0's helper 1 too).
+  const std::vector<CopyOp> ops = {{0, 0, 1, 1, 0, kCopyModeSamiOwner},
+                                   {5, 1, 0, 1, 0, kCopyModeSamiOwner},
+                                   {3, 0, 1, 1, 1, kCopyModeSamiOwner}};
+  expect_replicas_every_shape_then_graph(*env, ops, Transport::kP2PSamiOwner);
 }
 
 TEST(MultiProcess, MismatchedConfigurationIsRefusedBeforeMapping) {
