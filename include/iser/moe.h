@@ -111,6 +111,11 @@ struct GroupedMlpOptions {
   // them. 0: off (every slot on the ordinary lanes). The outputs do not change (each slot keeps
   // its algorithms; only the stream it runs on differs).
   int priority_below_rows = 0;
+  // The row count the pinned algorithms are chosen for (cublasLt's heuristic); 0: min(max_rows,
+  // 1024). Two GroupedMlp of one shape give a token the same bytes when they pin the same
+  // algorithms: the EP graph mode sets EpMoeLayer's value so that its output equals the eager
+  // layer's although its max_rows differs.
+  int reference_rows = 0;
 };
 
 // Grouped gated MLP over the slots of one rank. Rows of x are grouped by slot, in slot order:

@@ -21,7 +21,8 @@ struct GateParams {
 };
 
 // Waits for the writers of every op (the owner of an owner-direct op, the members of a SAMI op,
-// under the same mode override the replicate call used). A replica is valid only when all its
+// under the same mode override the replicate call used). Null ops (group_size 0, the padding of a
+// device copy list) have no writer and validate nothing. A replica is valid only when all its
 // writers published exactly 2g+1 (drained, not failed); otherwise its routes fall back home.
 // NOTE: a rank acquires 2g+1 before it rewrites a route to (d, H+h); the writer's release is
 // cumulative over its stores to d, and d computes only on routes it receives after that decision
@@ -43,6 +44,7 @@ __global__ void __launch_bounds__(GateConfig::kThreads) ready_gate_kernel(const 
   __syncthreads();
   for (int k = threadIdx.x; k < p.num_ops; k += blockDim.x) {
     const CopyOp op = p.ops[k];
+    if (op.group_size <= 0) continue;  // a null op (plan_copy_list's padding): no writer
     const int mode = p.mode_override >= 0 ? p.mode_override : op.mode;
     if (mode == kCopyModeDirect) {
       atomicOr(&needed[op.owner >> 5], 1u << (op.owner & 31));
@@ -75,6 +77,7 @@ __global__ void __launch_bounds__(GateConfig::kThreads) ready_gate_kernel(const 
   __syncthreads();
   for (int k = threadIdx.x; k < p.num_ops; k += blockDim.x) {
     const CopyOp op = p.ops[k];
+    if (op.group_size <= 0) continue;
     const int mode = p.mode_override >= 0 ? p.mode_override : op.mode;
     bool valid = true;
     for (int r = mode == kCopyModeDirect ? op.owner : op.group_begin;

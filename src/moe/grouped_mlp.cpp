@@ -185,6 +185,9 @@ GroupedMlp::GroupedMlp(ExpertShape shape, int num_slots, int64_t max_rows,
              options.min_tail_granule);
   ISER_CHECK(options.priority_below_rows >= 0, "grouped mlp: priority_below_rows = {} is negative",
              options.priority_below_rows);
+  ISER_CHECK(options.reference_rows >= 0 && options.reference_rows <= max_rows,
+             "grouped mlp: reference_rows = {} outside [0, max_rows = {}]", options.reference_rows,
+             max_rows);
   Impl& s = *impl_;
   s.shape = shape;
   s.num_slots = num_slots;
@@ -194,7 +197,9 @@ GroupedMlp::GroupedMlp(ExpertShape shape, int num_slots, int64_t max_rows,
   if (options.backend == GemmBackend::kLtPinned) {
     ISER_CUBLAS_CHECK(cublasLtCreate(&s.lt));
     // Tuned for the balanced per-slot size of the default shapes (1024 rows), valid for all.
-    const int reference_rows = static_cast<int>(std::min<int64_t>(max_rows, 1024));
+    const int reference_rows = options.reference_rows > 0
+                                   ? options.reference_rows
+                                   : static_cast<int>(std::min<int64_t>(max_rows, 1024));
     s.gemm1 =
         std::make_unique<PinnedLtGemm>(s.lt, 2 * shape.intermediate, shape.hidden, reference_rows,
                                        max_rows, kCublasWorkspaceBytes, options.min_tail_granule);
