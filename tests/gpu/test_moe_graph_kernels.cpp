@@ -45,6 +45,7 @@ void run_case(SlotSource source, uint64_t seed) {
   d.slot_rows = d.num_tokens * d.num_ranks;
   const int num_experts = d.num_ranks * d.experts_per_rank;
   const int routes = d.num_tokens * d.top_k;
+  const size_t route_bytes = sizeof(int32_t) * routes;
   const int he = d.hidden;
   std::mt19937 rng(static_cast<uint32_t>(seed));
 
@@ -91,15 +92,16 @@ void run_case(SlotSource source, uint64_t seed) {
     ISER_CUDA_CHECK(cudaMemset(r.x.get(), 0xff, r.x.bytes()));
     r.y_back = DeviceBuffer(d.return_rows() * row_bytes);
     r.comb = DeviceBuffer(d.return_rows() * row_bytes);
-    r.ids = DeviceBuffer(routes * 4);
-    r.slots = DeviceBuffer(routes * 4);
-    ISER_CUDA_CHECK(cudaMemcpy(r.ids.get(), ids[s].data(), routes * 4, cudaMemcpyHostToDevice));
-    ISER_CUDA_CHECK(cudaMemcpy(r.slots.get(), slots[s].data(), routes * 4, cudaMemcpyHostToDevice));
+    r.ids = DeviceBuffer(route_bytes);
+    r.slots = DeviceBuffer(route_bytes);
+    ISER_CUDA_CHECK(cudaMemcpy(r.ids.get(), ids[s].data(), route_bytes, cudaMemcpyHostToDevice));
+    ISER_CUDA_CHECK(
+        cudaMemcpy(r.slots.get(), slots[s].data(), route_bytes, cudaMemcpyHostToDevice));
     r.num_ops = DeviceBuffer(4);
     const int32_t num_ops = source == SlotSource::kRefusedList ? -1 : 3;
     ISER_CUDA_CHECK(cudaMemcpy(r.num_ops.get(), &num_ops, 4, cudaMemcpyHostToDevice));
     r.send_token = DeviceBuffer(d.exchange_rows() * 4);
-    r.route_row = DeviceBuffer(routes * 4);
+    r.route_row = DeviceBuffer(route_bytes);
     r.recv_row = DeviceBuffer(d.return_rows() * 4);
     r.expert_row = DeviceBuffer(d.return_rows() * 4);
     cuda::GraphDispatchParams p;
@@ -180,8 +182,8 @@ void run_case(SlotSource source, uint64_t seed) {
   for (int s = 0; s < d.num_ranks; ++s) {
     std::vector<int32_t> route_row(routes);
     std::vector<uint16_t> comb(d.return_rows() * he);
-    ISER_CUDA_CHECK(
-        cudaMemcpy(route_row.data(), ranks[s].route_row.get(), routes * 4, cudaMemcpyDeviceToHost));
+    ISER_CUDA_CHECK(cudaMemcpy(route_row.data(), ranks[s].route_row.get(), route_bytes,
+                               cudaMemcpyDeviceToHost));
     ISER_CUDA_CHECK(
         cudaMemcpy(comb.data(), ranks[s].comb.get(), comb.size() * 2, cudaMemcpyDeviceToHost));
     for (int i = 0; i < routes; ++i) {
