@@ -40,9 +40,9 @@
 
 namespace iser::moe {
 
-// Largest slot capacity C = tau * P: a fixed-M GEMM of C rows streams the slot's weights once
-// for C rows; at 256 it is about at the H200's ridge point (arithmetic intensity C flop per
-// weight byte), so a fixed M beyond that makes every slot compute-bound.
+// Largest slot capacity C = tau * P. A slot's two GEMMs at M = C do C flop per weight byte: below
+// ~128 they are bound by streaming the weights, at 256 every slot is compute-bound on H200
+// (measured: docs/benchmarks.md, graph mode), so larger buckets belong to EpMoeLayer.
 inline constexpr int kGraphMaxSlotRows = 256;
 
 // Shapes of the fixed-size exchange (host and device arithmetic). Row counts are in rows of He
