@@ -4,6 +4,7 @@
 // bit for bit every time, ON and OFF; a stalled copy captured into the graph makes the peer's READY
 // gate time out, the helper slots are refilled from home bundles and the output is still OFF's.
 // The set-up refusals are host-only (no GPU needed).
+#include <algorithm>
 #include <cstring>
 #include <memory>
 #include <string>
@@ -239,6 +240,75 @@ TEST(MoeEpGraph, StalledCopyFallsBackToHomeBundles) {
     ASSERT_EQ(0, std::memcmp(want.data(), got.data(), elems * 2))
         << "rank " << env->rank << " replay " << replay << (stall ? " (stalled)" : "")
         << ": graph ON != eager OFF";
+  }
+  rank_barrier(comm.get(), barrier);
+}
+
+// finish() of a launch whose inputs break the contract throws naming the error, on the rank that
+// sees it (the graph still runs to the end on every rank: its exchanges have fixed sizes), and the
+// next replay with valid inputs is exact again.
+void expect_finish_error(GraphEpMoeLayer& layer, bool expect_error, const std::string& needle) {
+  try {
+    layer.finish();
+    EXPECT_FALSE(expect_error) << "no error; expected one containing '" << needle << "'";
+  } catch (const Error& e) {
+    EXPECT_TRUE(expect_error) << e.what();
+    EXPECT_NE(std::string(e.what()).find(needle), std::string::npos) << e.what();
+  }
+}
+
+TEST(MoeEpGraph, BadInputsAreReportedAndTheNextReplayIsExact) {
+  ISER_AS_RANKS(2, 300);
+  Communicator comm = Communicator::from_unique_id_file(env->id_file, env->rank, env->world);
+  const LayerConfig config = graph_case_config();
+  const size_t elems = static_cast<size_t>(config.tokens_per_rank) * config.shape.hidden;
+  Runtime eager_runtime(ep_runtime_config(config), comm);
+  Runtime on_runtime(ep_runtime_config(config), comm);
+  Runtime off_runtime(ep_runtime_config(config), comm);
+  EpLayerOptions host_planner;
+  host_planner.planner = PlannerKind::kHost;
+  EpMoeLayer eager(config, eager_runtime, comm.get(), host_planner);
+  GraphEpMoeLayer graph_on(config, on_runtime, comm.get());
+  GraphEpMoeLayer graph_off(config, off_runtime, comm.get(), GraphLayerOptions{.balance = false});
+  eager.fill_weights(21, 1.0f / 45.0f);
+  graph_on.fill_weights(21, 1.0f / 45.0f);
+  graph_off.fill_weights(21, 1.0f / 45.0f);
+  graph_on.capture();
+  graph_off.capture();
+  DeviceBuffer input(elems * 2), eager_out(elems * 2), barrier(sizeof(float));
+  const RankSlice good = rank_slice(config, env->rank, 2, input);
+
+  // An expert id E on rank 0: dropped, and rank 0's finish() names it (ON and OFF).
+  RankSlice bad_id = good;
+  if (env->rank == 0) bad_id.ids[5] = config.topo.num_experts;
+  for (GraphEpMoeLayer* layer : {&graph_on, &graph_off}) {
+    load_graph_inputs(*layer, bad_id, input);
+    layer->launch();
+    expect_finish_error(*layer, env->rank == 0, "expert id outside [-1, E)");
+    rank_barrier(comm.get(), barrier);
+  }
+  // Every choice of every token is expert 0 (a token's experts repeat): OFF sends all 2 tau k =
+  // 512 routes to rank 0's home slot 0, which holds C = 128 rows: rank 0 drops the rest and says
+  // so.
+  RankSlice repeated = good;
+  std::fill(repeated.ids.begin(), repeated.ids.end(), 0);
+  load_graph_inputs(graph_off, repeated, input);
+  graph_off.launch();
+  expect_finish_error(graph_off, env->rank == 0, "more than C rows");
+  rank_barrier(comm.get(), barrier);
+
+  eager.forward(input.get(), good.ids, good.weights, false, eager_out.get());
+  eager.finish();
+  const auto want = testing::download(eager_out.get(), elems);
+  for (GraphEpMoeLayer* layer : {&graph_on, &graph_off}) {
+    load_graph_inputs(*layer, good, input);
+    layer->launch();
+    const GraphLayerResult result = layer->finish();
+    EXPECT_EQ(result.fallback_slots, 0u);
+    EXPECT_FALSE(result.plan_rejected);
+    const auto got = testing::download(layer->output(), elems);
+    ASSERT_EQ(0, std::memcmp(want.data(), got.data(), elems * 2))
+        << "rank " << env->rank << ": the replay after bad inputs differs from eager OFF";
   }
   rank_barrier(comm.get(), barrier);
 }
