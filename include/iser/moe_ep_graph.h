@@ -76,6 +76,12 @@ GraphDims graph_dims(const LayerConfig& config, bool balance);
 
 struct GraphLayerOptions {
   bool balance = true;  // ON: GPU plan + replication + helper slots; OFF: home slots only
+  // Size-aware expert GEMMs (CUDA 12.8+ switch nodes; captured graphs only): each slot runs at the
+  // smallest row bucket (8, 16, 32, ... up to C) holding the rows it received, an empty slot not
+  // at all, chosen on the device at every launch; the outputs do not change (pinned algorithms).
+  // Off: every slot at M = C. enqueue() (no graph) always runs M = C.
+  // NOTE: written after the graph mode's device run: compiled, not yet run on a GPU.
+  bool size_aware = false;
 };
 
 // What finish() saw of the last launch.

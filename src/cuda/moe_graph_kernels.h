@@ -74,9 +74,28 @@ struct GraphReceiveParams {
   const uint16_t* recv = nullptr;  // [P][block_rows][He]
   int32_t* recv_row = nullptr;     // [P * peer_rows]
   int32_t* expert_row = nullptr;   // [P * peer_rows]
+  int32_t* slot_total = nullptr;   // [L] rows each slot holds (at most C), or null
   uint32_t* error_word = nullptr;
 };
 void launch_graph_receive(const GraphReceiveParams& params, cudaStream_t stream);
+
+// ---- size-aware GEMMs: each slot's row bucket -> its switch node ---------------------------
+// For slot l: value = the first bucket b with bucket_rows[b] >= slot_total[l], or num_buckets
+// (no body: the slot is skipped) when the slot is empty; cudaGraphSetConditional(handles[l]).
+// Runs only inside the CUDA graph that owns the handles (GroupedMlp::run_switched's nodes).
+struct GraphSelectConfig {
+  static constexpr int kThreads = 256;
+  static constexpr int kMaxSlots = 640;  // GroupedMlp's slot limit
+  static constexpr int kMaxBuckets = 8;
+};
+struct GraphSelectParams {
+  const int32_t* slot_total = nullptr;  // [num_slots]
+  int32_t num_slots = 0;
+  int32_t num_buckets = 0;
+  int32_t bucket_rows[GraphSelectConfig::kMaxBuckets] = {};       // increasing
+  unsigned long long handles[GraphSelectConfig::kMaxSlots] = {};  // cudaGraphConditionalHandle
+};
+void launch_graph_select(const GraphSelectParams& params, cudaStream_t stream);
 
 // ---- row moves: dst[dst_map[r]] = src[src_map[r]] for r < num_rows --------------------------
 // A null map is the identity; a negative entry skips the row (nothing written).

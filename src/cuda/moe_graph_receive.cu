@@ -54,6 +54,7 @@ __global__ void __launch_bounds__(GraphReceiveConfig::kThreads)
       run += rows[src * num_slots + l];
     }
     overflow = overflow || run > d.slot_rows;
+    if (p.slot_total != nullptr) p.slot_total[l] = run < d.slot_rows ? run : d.slot_rows;
   }
   const bool any_bad_header = __syncthreads_or(bad_header);
   const bool any_overflow = __syncthreads_or(overflow);  // also orders slot_begin before its use

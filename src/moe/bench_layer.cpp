@@ -52,7 +52,8 @@ struct LayerBenchOptions {
   uint64_t seed = 1;
   std::string planner = "auto";  // who plans ON invocations: auto | gpu | host (EpLayerOptions)
   // 1: also time the static-shape graph mode (GraphEpMoeLayer, ON and OFF, one CUDA graph
-  // launch per invocation, on a runtime of its own) against the eager layer.
+  // launch per invocation, on a runtime of its own) against the eager layer; 2: the same with
+  // size-aware GEMMs (GraphLayerOptions::size_aware).
   int graph = 0;
 };
 
@@ -116,11 +117,14 @@ struct GraphModes {
   std::unique_ptr<GraphEpMoeLayer> on, off;
   cudaEvent_t begin = nullptr, end = nullptr;
 
-  GraphModes(const LayerConfig& config, Communicator& comm, uint64_t seed, float scale) {
+  GraphModes(const LayerConfig& config, Communicator& comm, uint64_t seed, float scale,
+             bool size_aware) {
     runtime = std::make_unique<Runtime>(ep_runtime_config(config), comm);
-    on = std::make_unique<GraphEpMoeLayer>(config, *runtime, comm.get());
-    off = std::make_unique<GraphEpMoeLayer>(config, *runtime, comm.get(),
-                                            GraphLayerOptions{.balance = false});
+    on = std::make_unique<GraphEpMoeLayer>(
+        config, *runtime, comm.get(), GraphLayerOptions{.balance = true, .size_aware = size_aware});
+    off = std::make_unique<GraphEpMoeLayer>(
+        config, *runtime, comm.get(),
+        GraphLayerOptions{.balance = false, .size_aware = size_aware});
     on->fill_weights(seed, scale);
     off->fill_weights(seed, scale);
     ISER_CUDA_CHECK(cudaEventCreate(&begin));
@@ -176,7 +180,9 @@ int run_rank(const LayerBenchOptions& opt, int rank, int world, const std::strin
   const float weight_scale = 1.0f / std::sqrt(static_cast<float>(opt.shape.hidden));
   layer.fill_weights(opt.seed, weight_scale);
   std::unique_ptr<GraphModes> graph;
-  if (opt.graph != 0) graph = std::make_unique<GraphModes>(config, comm, opt.seed, weight_scale);
+  if (opt.graph != 0) {
+    graph = std::make_unique<GraphModes>(config, comm, opt.seed, weight_scale, opt.graph == 2);
+  }
   const int num_modes = graph ? 4 : 2;
 
   const int64_t local_routes = int64_t{opt.tokens} * opt.top_k;
@@ -204,10 +210,11 @@ int run_rank(const LayerBenchOptions& opt, int rank, int world, const std::strin
         "ready_ms", "plan_us", "gplan_us", "counts_us", "bitEq");
     if (graph) {
       // Graph mode: one CUDA-graph launch per invocation (events around the launch), every slot
-      // at M = C = tau * P rows; bitEq: both graph outputs equal eager OFF's.
-      fmt::print("{:<10} {:>9} {:>9} {:>9} {:>9} {:>9} {:>9} {:>6}   (graph mode, C = {})\n",
+      // at M = C = tau * P rows (--graph 1) or at its row bucket (--graph 2, size-aware); bitEq:
+      // both graph outputs equal eager OFF's.
+      fmt::print("{:<10} {:>9} {:>9} {:>9} {:>9} {:>9} {:>9} {:>6}   (graph mode, C = {}{})\n",
                  "routing", "off_ms", "on_ms", "g_on_ms", "g_off_ms", "gon/off", "gon/on", "bitEq",
-                 graph->on->dims().slot_rows);
+                 graph->on->dims().slot_rows, opt.graph == 2 ? ", size-aware" : "");
     }
   }
   for (const std::string& routing : opt.routings) {
@@ -340,8 +347,9 @@ int layer_main(const std::vector<std::string>& args,
                  "or host")
       ->check(CLI::IsMember({"host", "gpu"}));
   app.add_option("--graph", opt.graph,
-                 "1: also time the static-shape CUDA-graph mode (ON and OFF; tau * P <= 256)")
-      ->check(CLI::IsMember({0, 1}));
+                 "1: also time the static-shape CUDA-graph mode (ON and OFF; tau * P <= 256); 2: "
+                 "the same with size-aware GEMMs")
+      ->check(CLI::IsMember({0, 1, 2}));
   try {
     std::vector<std::string> reversed(args.rbegin(), args.rend());
     app.parse(reversed);

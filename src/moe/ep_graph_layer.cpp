@@ -135,6 +135,10 @@ struct GraphEpMoeLayer::Impl {
   // ON: count row, matrix, plan, per-route slots, copy list, READY view, fallback counter.
   DeviceBuffer count_row, matrix, plan, slot_ids, ops, num_ops, slot_expert, fallback_slots;
   DeviceBuffer error_word;
+  // size_aware: rows per slot, the row buckets, and (while capturing) one switch handle per slot.
+  DeviceBuffer slot_total;
+  std::vector<int32_t> buckets;
+  std::vector<uint64_t> handles;
   cuda::GraphFallbackParams fallback;
   OrderEvent start, plan_ready, gate_done;
   std::function<void(Stream)> copy_hook;
@@ -153,8 +157,16 @@ struct GraphEpMoeLayer::Impl {
   }
   // Fixed-size exchange: `rows_per_peer` rows to and from every rank (itself included).
   void exchange(const DeviceBuffer& from, DeviceBuffer& to, int64_t rows_per_peer) const;
+  // One invocation on MAIN (and COPY); `capturing`: inside capture() (size-aware GEMMs).
+  void enqueue(bool capturing);
   void enqueue_copy_stream();
-  void enqueue_main_stream();
+  // switched: the expert GEMMs through switch nodes (size_aware, while capturing).
+  void enqueue_main_stream(bool switched);
+  // size_aware capture: one conditional handle per slot of the graph being captured on MAIN and
+  // the kernel that sets them from the received rows.
+  void select_buckets();
+  // Expert GEMMs of slots [first, first + count) at M = C, or switched.
+  void run_slots(int first, int count, bool switched);
 };
 
 void GraphEpMoeLayer::Impl::exchange(const DeviceBuffer& from, DeviceBuffer& to,
@@ -201,7 +213,49 @@ void GraphEpMoeLayer::Impl::enqueue_copy_stream() {
   gate_done.record(copy);
 }
 
-void GraphEpMoeLayer::Impl::enqueue_main_stream() {
+void GraphEpMoeLayer::Impl::select_buckets() {
+  cudaStreamCaptureStatus status = cudaStreamCaptureStatusNone;
+  cudaGraph_t captured = nullptr;
+  ISER_CUDA_CHECK(cudaStreamGetCaptureInfo(main, &status, nullptr, &captured));
+  ISER_CHECK(status == cudaStreamCaptureStatusActive,
+             "ep graph layer: size-aware GEMMs need a capture (internal error)");
+  const int num_buckets = static_cast<int>(buckets.size());
+  // A handle for every slot that gets a switch node: the home slots, and the helpers when ON.
+  const int num_handles = options.balance ? dims.slots_per_rank : dims.experts_per_rank;
+  cuda::GraphSelectParams select;
+  select.slot_total = slot_total.get<int32_t>();
+  select.num_slots = num_handles;
+  select.num_buckets = num_buckets;
+  std::copy(buckets.begin(), buckets.end(), select.bucket_rows);
+  handles.assign(num_handles, 0);
+  for (int l = 0; l < num_handles; ++l) {
+    // Default (a launch whose selector did not run): the largest bucket, C rows.
+    cudaGraphConditionalHandle handle = 0;
+    ISER_CUDA_CHECK(cudaGraphConditionalHandleCreate(&handle, captured, num_buckets - 1,
+                                                     cudaGraphCondAssignDefault));
+    handles[l] = handle;
+    select.handles[l] = handle;
+  }
+  cuda::launch_graph_select(select, main);
+}
+
+void GraphEpMoeLayer::Impl::run_slots(int first, int count, bool switched) {
+  if (count == 0) return;
+  if (switched) {
+    mlp->run_switched(x_expert.get(), y_expert.get(), dims.slot_rows, first,
+                      std::span<const uint64_t>(handles).subspan(first, count), buckets, main);
+    return;
+  }
+  // Every slot at M = C (a slot's unused rows hold stale bytes; rows are independent).
+  // GroupedMlp::run packs the non-empty slots from its x's first row: x and y start at slot
+  // `first`'s region.
+  std::vector<int32_t> per_slot(dims.slots_per_rank, 0);
+  std::fill(per_slot.begin() + first, per_slot.begin() + first + count, dims.slot_rows);
+  const int64_t first_row = int64_t{first} * dims.slot_rows;
+  mlp->run(rows(x_expert, first_row), per_slot, rows(y_expert, first_row), main);
+}
+
+void GraphEpMoeLayer::Impl::enqueue_main_stream(bool switched) {
   const bool balance = options.balance;
   const int tau = dims.num_tokens;
   const int hidden = dims.hidden;
@@ -228,24 +282,21 @@ void GraphEpMoeLayer::Impl::enqueue_main_stream() {
   receive.recv = recv.get<uint16_t>();
   receive.recv_row = recv_row.get<int32_t>();
   receive.expert_row = expert_row.get<int32_t>();
+  receive.slot_total = switched ? slot_total.get<int32_t>() : nullptr;
   receive.error_word = error_word.get<uint32_t>();
   cuda::launch_graph_receive(receive, main);
   cuda::launch_map_rows({recv.get<uint16_t>(), x_expert.get<uint16_t>(), recv_row.get<int32_t>(),
                          expert_row.get<int32_t>(), dims.return_rows(), hidden},
                         main);
+  if (switched) select_buckets();
 
-  // Every slot at M = C (a slot's unused rows hold stale bytes; rows are independent).
   const int home = dims.experts_per_rank;
-  std::vector<int32_t> home_rows(dims.slots_per_rank, 0), helper_rows(dims.slots_per_rank, 0);
-  std::fill(home_rows.begin(), home_rows.begin() + home, dims.slot_rows);
-  std::fill(helper_rows.begin() + home, helper_rows.end(), dims.slot_rows);
-  mlp->run(x_expert.get(), home_rows, y_expert.get(), main);
+  run_slots(0, home, switched);
   if (balance && config.topo.num_slots > 0) {
-    const int64_t first_helper_row = int64_t{home} * dims.slot_rows;
     ISER_CUDA_CHECK(cudaMemsetAsync(fallback_slots.get(), 0, sizeof(uint32_t), main));
     gate_done.wait(main);
     cuda::launch_graph_fallback(fallback, main);
-    mlp->run(rows(x_expert, first_helper_row), helper_rows, rows(y_expert, first_helper_row), main);
+    run_slots(home, config.topo.num_slots, switched);
     runtime->release_bank(kDeviceGeneration, main);
   } else if (balance) {
     gate_done.wait(main);  // joins COPY (capture needs every stream joined)
@@ -324,6 +375,18 @@ GraphEpMoeLayer::GraphEpMoeLayer(const LayerConfig& config, Runtime& runtime, nc
   s.error_word = DeviceBuffer(sizeof(uint32_t));
   // No routes until the caller writes some (-1 ids), zero inputs and weights; slot buffers
   // zeroed so that the rows a GEMM computes but nobody reads start finite.
+  if (options.size_aware) {
+    ISER_CHECK(d.slots_per_rank <= cuda::GraphSelectConfig::kMaxSlots,
+               "ep graph layer: size_aware: H + S = {} slots exceed {}", d.slots_per_rank,
+               cuda::GraphSelectConfig::kMaxSlots);
+    // Buckets 8, 16, 32, ... below C, then C (at most kMaxBuckets: C <= 256).
+    for (int bucket = 8; bucket < d.slot_rows; bucket *= 2) s.buckets.push_back(bucket);
+    s.buckets.push_back(d.slot_rows);
+    ISER_CHECK(static_cast<int>(s.buckets.size()) <= cuda::GraphSelectConfig::kMaxBuckets,
+               "ep graph layer: size_aware: {} row buckets exceed {}", s.buckets.size(),
+               cuda::GraphSelectConfig::kMaxBuckets);
+    s.slot_total = DeviceBuffer(d.slots_per_rank * sizeof(int32_t));
+  }
   ISER_CUDA_CHECK(cudaMemset(s.ids.get(), 0xff, s.ids.bytes()));
   for (DeviceBuffer* buf : {&s.input, &s.weights, &s.x_expert, &s.error_word}) {
     ISER_CUDA_CHECK(cudaMemset(buf->get(), 0, buf->bytes()));
@@ -427,12 +490,15 @@ void GraphEpMoeLayer::fill_weights(uint64_t seed, float scale) {
 }
 
 void GraphEpMoeLayer::enqueue() {
-  Impl& s = *impl_;
-  ISER_CUDA_CHECK(cudaMemsetAsync(s.error_word.get(), 0, sizeof(uint32_t), s.main));
-  s.start.record(s.main);
-  if (s.options.balance) s.enqueue_copy_stream();
-  s.enqueue_main_stream();
-  s.pending = true;
+  impl_->enqueue(false);
+}
+
+void GraphEpMoeLayer::Impl::enqueue(bool capturing) {
+  ISER_CUDA_CHECK(cudaMemsetAsync(error_word.get(), 0, sizeof(uint32_t), main));
+  start.record(main);
+  if (options.balance) enqueue_copy_stream();
+  enqueue_main_stream(capturing && options.size_aware);
+  pending = true;
 }
 
 void GraphEpMoeLayer::capture() {
@@ -451,7 +517,7 @@ void GraphEpMoeLayer::capture() {
   }
   ISER_CUDA_CHECK(cudaStreamBeginCapture(s.main, cudaStreamCaptureModeThreadLocal));
   try {
-    enqueue();
+    s.enqueue(true);
   } catch (...) {
     cudaGraph_t partial = nullptr;
     cudaStreamEndCapture(s.main, &partial);
