@@ -111,6 +111,11 @@ struct GroupedMlpOptions {
   // them. 0: off (every slot on the ordinary lanes). The outputs do not change (each slot keeps
   // its algorithms; only the stream it runs on differs).
   int priority_below_rows = 0;
+  // The row count the pinned algorithms are chosen for (cublasLt's heuristic); 0: min(max_rows,
+  // 1024). Two GroupedMlp of one shape give a token the same bytes when they pin the same
+  // algorithms: the EP graph mode sets EpMoeLayer's value so that its output equals the eager
+  // layer's although its max_rows differs.
+  int reference_rows = 0;
 };
 
 // Grouped gated MLP over the slots of one rank. Rows of x are grouped by slot, in slot order:
@@ -143,6 +148,17 @@ class GroupedMlp {
   // x, y: [sum(rows_per_slot), He] bf16 device buffers (may not alias). Throws iser::Error when
   // the row count exceeds max_rows or rows_per_slot has the wrong size or a negative entry.
   void run(const void* x, std::span<const int32_t> rows_per_slot, void* y, Stream stream);
+  // CUDA-graph capture only (`stream` must be capturing; CUDA 12.8+): the row count of each slot
+  // is chosen on the device. Slots [first_slot, first_slot + handles.size()) own row regions of
+  // slot_rows rows (slot s: rows [s * slot_rows, ...) of x and y); slot s gets a switch node on
+  // conditional handle handles[s - first_slot] (a cudaGraphConditionalHandle of the graph being
+  // captured) whose body v computes the region's first bucket_rows[v] rows (increasing, each in
+  // [1, slot_rows]); a value >= bucket_rows.size() runs nothing. The caller sets the values
+  // upstream in the same graph (cudaGraphSetConditional). Slots are dealt round-robin over the
+  // lanes. kLtPinned only; a token's bytes are those of run() (pinned algorithms).
+  void run_switched(const void* x, void* y, int64_t slot_rows, int first_slot,
+                    std::span<const uint64_t> handles, std::span<const int32_t> bucket_rows,
+                    Stream stream);
 
  private:
   struct Impl;

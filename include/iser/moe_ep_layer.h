@@ -18,7 +18,8 @@
 // plan that fails (a GPU status bit, an invalid plan, a copy-list mismatch) is logged and the
 // invocation runs unbalanced (home slots only; the output is unchanged). forward()
 // synchronizes the host with that read-back once, so the invocation is not capturable in a
-// CUDA graph as a whole (its expert GEMMs and kernels are; see GroupedMlp).
+// CUDA graph as a whole (its expert GEMMs and kernels are; see GroupedMlp). GraphEpMoeLayer
+// (iser/moe_ep_graph.h) is the capturable static-shape form for decode-size batches.
 //
 // OFF (balance = false): home slots only; no replication, no READY gate.
 // ON and OFF outputs are bitwise identical (see include/iser/moe_layer.h for why).

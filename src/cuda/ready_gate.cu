@@ -32,8 +32,9 @@ __device__ __forceinline__ void for_each_writer(const CopyOp& op, int mode, F&& 
   if (!runtime::owner_in_group(op) && runtime::op_writer(op, mode, op.owner).idx >= 0) f(op.owner);
 }
 
-// Waits for the writers of every op (under the same mode override the replicate call used). A
-// replica is valid only when all its writers published exactly 2g+1 (drained, not failed);
+// Waits for the writers of every op (under the same mode override the replicate call used).
+// Null ops (group_size 0, the padding of a device copy list) have no writer and validate nothing.
+// A replica is valid only when all its writers published exactly 2g+1 (drained, not failed);
 // otherwise its routes fall back home.
 // NOTE: a rank acquires 2g+1 before it rewrites a route to (d, H+h); the writer's release is
 // cumulative over its stores to d, and d computes only on routes it receives after that decision
@@ -55,6 +56,7 @@ __global__ void __launch_bounds__(GateConfig::kThreads) ready_gate_kernel(const 
   __syncthreads();
   for (int k = threadIdx.x; k < p.num_ops; k += blockDim.x) {
     const CopyOp op = p.ops[k];
+    if (op.group_size <= 0) continue;  // a null op (plan_copy_list's padding): no writer
     for_each_writer(op, runtime::effective_mode(op, p.mode_override),
                     [&](int w) { atomicOr(&needed[w >> 5], 1u << (w & 31)); });
   }
@@ -81,6 +83,7 @@ __global__ void __launch_bounds__(GateConfig::kThreads) ready_gate_kernel(const 
   __syncthreads();
   for (int k = threadIdx.x; k < p.num_ops; k += blockDim.x) {
     const CopyOp op = p.ops[k];
+    if (op.group_size <= 0) continue;
     bool valid = true;
     for_each_writer(op, runtime::effective_mode(op, p.mode_override),
                     [&](int w) { valid = valid && ((ok[w >> 5] >> (w & 31)) & 1u); });

@@ -13,6 +13,7 @@
 #include <cmath>
 #include <cstdio>
 #include <cstdlib>
+#include <memory>
 #include <random>
 #include <string>
 #include <vector>
@@ -26,6 +27,7 @@
 #include "iser/error.h"
 #include "iser/metrics.h"
 #include "iser/moe_bench.h"
+#include "iser/moe_ep_graph.h"
 #include "iser/moe_ep_layer.h"
 #include "iser/trace.h"
 #include "moe/device_buffer.h"
@@ -49,6 +51,10 @@ struct LayerBenchOptions {
   int iters = 20;
   uint64_t seed = 1;
   std::string planner = "auto";  // who plans ON invocations: auto | gpu | host (EpLayerOptions)
+  // 1: also time the static-shape graph mode (GraphEpMoeLayer, ON and OFF, one CUDA graph
+  // launch per invocation, on a runtime of its own) against the eager layer; 2: the same with
+  // size-aware GEMMs (GraphLayerOptions::size_aware).
+  int graph = 0;
 };
 
 // Spawns the ranks and waits for them; returns 0 when every rank exited with 0.
@@ -101,6 +107,62 @@ float median(std::vector<float> v) {
 
 // Per iteration and mode, the fields reduced with max over ranks.
 enum Field { kLayer, kShared, kCopy, kReadyWait, kCountsWait, kPlan, kGpuPlan, kNumFields };
+// Modes of one iteration: eager OFF and ON, then (--graph 1) graph ON and OFF.
+enum Mode { kEagerOff, kEagerOn, kGraphOn, kGraphOff };
+
+// The graph-mode layers of --graph 1: ON and OFF on one runtime of their own (OFF uses no
+// generation), their outputs, and the events timing a launch.
+struct GraphModes {
+  std::unique_ptr<Runtime> runtime;
+  std::unique_ptr<GraphEpMoeLayer> on, off;
+  cudaEvent_t begin = nullptr, end = nullptr;
+
+  GraphModes(const LayerConfig& config, Communicator& comm, uint64_t seed, float scale,
+             bool size_aware) {
+    runtime = std::make_unique<Runtime>(ep_runtime_config(config), comm);
+    on = std::make_unique<GraphEpMoeLayer>(
+        config, *runtime, comm.get(), GraphLayerOptions{.balance = true, .size_aware = size_aware});
+    off = std::make_unique<GraphEpMoeLayer>(
+        config, *runtime, comm.get(),
+        GraphLayerOptions{.balance = false, .size_aware = size_aware});
+    on->fill_weights(seed, scale);
+    off->fill_weights(seed, scale);
+    ISER_CUDA_CHECK(cudaEventCreate(&begin));
+    ISER_CUDA_CHECK(cudaEventCreate(&end));
+  }
+  ~GraphModes() {
+    cudaEventDestroy(begin);
+    cudaEventDestroy(end);
+  }
+  GraphModes(const GraphModes&) = delete;
+  GraphModes& operator=(const GraphModes&) = delete;
+
+  // Writes one routing into both layers' static buffers and captures them (collective).
+  void load(const void* input, size_t input_bytes, const std::vector<int32_t>& ids,
+            const std::vector<float>& weights) {
+    for (GraphEpMoeLayer* layer : {on.get(), off.get()}) {
+      ISER_CUDA_CHECK(
+          cudaMemcpy(layer->topk_ids(), ids.data(), ids.size() * 4, cudaMemcpyHostToDevice));
+      ISER_CUDA_CHECK(cudaMemcpy(layer->topk_weights(), weights.data(), weights.size() * 4,
+                                 cudaMemcpyHostToDevice));
+      ISER_CUDA_CHECK(cudaMemcpy(layer->input(), input, input_bytes, cudaMemcpyDeviceToDevice));
+      layer->capture();
+    }
+  }
+  // One launch of `layer`: its time (ms) between events around the launch on its stream.
+  float time_launch(GraphEpMoeLayer& layer) {
+    ISER_CUDA_CHECK(cudaEventRecord(begin, layer.stream()));
+    layer.launch();
+    ISER_CUDA_CHECK(cudaEventRecord(end, layer.stream()));
+    const GraphLayerResult result = layer.finish();
+    ISER_CHECK(result.fallback_slots == 0 && !result.plan_rejected,
+               "bench moe layer: graph mode fell back ({} slots) or rejected its plan",
+               result.fallback_slots);
+    float ms = 0;
+    ISER_CUDA_CHECK(cudaEventElapsedTime(&ms, begin, end));
+    return ms;
+  }
+};
 
 int run_rank(const LayerBenchOptions& opt, int rank, int world, const std::string& id_file) {
   ISER_CHECK(world == opt.num_ranks, "bench moe layer: world {} != -P {}", world, opt.num_ranks);
@@ -115,7 +177,13 @@ int run_rank(const LayerBenchOptions& opt, int rank, int world, const std::strin
   EpLayerOptions layer_options;
   layer_options.planner = planner_from_string(opt.planner);
   EpMoeLayer layer(config, runtime, comm.get(), layer_options);
-  layer.fill_weights(opt.seed, 1.0f / std::sqrt(static_cast<float>(opt.shape.hidden)));
+  const float weight_scale = 1.0f / std::sqrt(static_cast<float>(opt.shape.hidden));
+  layer.fill_weights(opt.seed, weight_scale);
+  std::unique_ptr<GraphModes> graph;
+  if (opt.graph != 0) {
+    graph = std::make_unique<GraphModes>(config, comm, opt.seed, weight_scale, opt.graph == 2);
+  }
+  const int num_modes = graph ? 4 : 2;
 
   const int64_t local_routes = int64_t{opt.tokens} * opt.top_k;
   const size_t elems = static_cast<size_t>(opt.tokens) * opt.shape.hidden;
@@ -123,7 +191,6 @@ int run_rank(const LayerBenchOptions& opt, int rank, int world, const std::strin
   cuda::launch_fill_uniform({input.get<uint16_t>(), static_cast<int64_t>(elems),
                              opt.seed + static_cast<uint64_t>(rank), 1.0f},
                             nullptr);
-  DeviceBuffer reduce(sizeof(float) * kNumFields * 2 * opt.iters);
   cudaDeviceProp prop{};
   ISER_CUDA_CHECK(cudaGetDeviceProperties(&prop, rank));
   if (rank == 0) {
@@ -141,6 +208,14 @@ int run_rank(const LayerBenchOptions& opt, int rank, int world, const std::strin
         "{:<10} {:>5} {:>6} {:>6} {:>9} {:>9} {:>8} {:>9} {:>9} {:>9} {:>9} {:>9} {:>9} {:>6}\n",
         "routing", "plan", "R_off", "R_on", "off_ms", "on_ms", "on/off", "shared_ms", "copy_ms",
         "ready_ms", "plan_us", "gplan_us", "counts_us", "bitEq");
+    if (graph) {
+      // Graph mode: one CUDA-graph launch per invocation (events around the launch), every slot
+      // at M = C = tau * P rows (--graph 1) or at its row bucket (--graph 2, size-aware); bitEq:
+      // both graph outputs equal eager OFF's.
+      fmt::print("{:<10} {:>9} {:>9} {:>9} {:>9} {:>9} {:>9} {:>6}   (graph mode, C = {}{})\n",
+                 "routing", "off_ms", "on_ms", "g_on_ms", "g_off_ms", "gon/off", "gon/on", "bitEq",
+                 graph->on->dims().slot_rows, opt.graph == 2 ? ", size-aware" : "");
+    }
   }
   for (const std::string& routing : opt.routings) {
     ISER_CHECK(routing == "power-law" || routing == "balanced",
@@ -165,17 +240,26 @@ int run_rank(const LayerBenchOptions& opt, int rank, int world, const std::strin
     const CountMatrix counts =
         CountMatrix::from_topk(all_ids, opt.num_ranks, opt.tokens, opt.top_k, opt.num_experts);
 
-    std::vector<float> fields(static_cast<size_t>(kNumFields) * 2 * opt.iters, 0.0f);
+    if (graph) graph->load(input.get(), elems * 2, ids, topk_weights);
+    std::vector<float> fields(static_cast<size_t>(kNumFields) * num_modes * opt.iters, 0.0f);
     double r_on = 1.0;
     bool bitwise_equal = true;
+    bool graph_equal = true;
     for (int it = -opt.warmup; it < opt.iters; ++it) {
-      for (int mode = 0; mode < 2; ++mode) {  // 0 OFF, 1 ON
+      for (int mode = 0; mode < num_modes; ++mode) {
+        float* f = it < 0
+                       ? nullptr
+                       : fields.data() + (static_cast<size_t>(it) * num_modes + mode) * kNumFields;
+        if (mode == kGraphOn || mode == kGraphOff) {
+          const float ms = graph->time_launch(mode == kGraphOn ? *graph->on : *graph->off);
+          if (f != nullptr) f[kLayer] = ms;
+          continue;
+        }
         const LayerInvocationStats stats = layer.forward(input.get(), ids, topk_weights, mode == 1,
                                                          mode == 1 ? out_on.get() : out_off.get());
         const EpLayerTimings t = layer.finish();
         if (mode == 1) r_on = imbalance_ratio(stats.plan.loads);
-        if (it < 0) continue;
-        float* f = fields.data() + (static_cast<size_t>(it) * 2 + mode) * kNumFields;
+        if (f == nullptr) continue;
         f[kLayer] = t.layer_ms;
         f[kShared] = t.shared_ms;
         f[kCopy] = t.copy_ms;
@@ -191,9 +275,18 @@ int run_rank(const LayerBenchOptions& opt, int rank, int world, const std::strin
       ISER_CUDA_CHECK(cudaMemcpy(a.data(), out_off.get(), elems * 2, cudaMemcpyDeviceToHost));
       ISER_CUDA_CHECK(cudaMemcpy(b.data(), out_on.get(), elems * 2, cudaMemcpyDeviceToHost));
       bitwise_equal = a == b;
+      if (graph) {
+        std::vector<uint16_t> g_on(elems), g_off(elems);
+        ISER_CUDA_CHECK(
+            cudaMemcpy(g_on.data(), graph->on->output(), elems * 2, cudaMemcpyDeviceToHost));
+        ISER_CUDA_CHECK(
+            cudaMemcpy(g_off.data(), graph->off->output(), elems * 2, cudaMemcpyDeviceToHost));
+        graph_equal = g_on == a && g_off == a;
+      }
     }
     // Slowest rank per iteration and field; bitwise equality: min over ranks.
     fields.push_back(bitwise_equal ? 0.0f : 1.0f);
+    fields.push_back(graph_equal ? 0.0f : 1.0f);
     DeviceBuffer device_fields(fields.size() * sizeof(float));
     ISER_CUDA_CHECK(
         cudaMemcpy(device_fields.get(), fields.data(), fields.size() * 4, cudaMemcpyHostToDevice));
@@ -206,7 +299,7 @@ int run_rank(const LayerBenchOptions& opt, int rank, int world, const std::strin
       std::vector<float> v;
       v.reserve(static_cast<size_t>(opt.iters));
       for (int it = 0; it < opt.iters; ++it) {
-        v.push_back(fields[(static_cast<size_t>(it) * 2 + mode) * kNumFields + field]);
+        v.push_back(fields[(static_cast<size_t>(it) * num_modes + mode) * kNumFields + field]);
       }
       return median(v);
     };
@@ -217,7 +310,14 @@ int run_rank(const LayerBenchOptions& opt, int rank, int world, const std::strin
         "{:>9.1f} {:>9.1f} {:>9.1f} {:>6}\n",
         routing, to_string(layer.planner()), r_off, r_on, off_ms, on_ms,
         100.0 * (on_ms / off_ms - 1), med(1, kShared), med(1, kCopy), med(1, kReadyWait),
-        med(1, kPlan), med(1, kGpuPlan), med(1, kCountsWait), fields.back() == 0.0f ? "yes" : "NO");
+        med(1, kPlan), med(1, kGpuPlan), med(1, kCountsWait),
+        fields[fields.size() - 2] == 0.0f ? "yes" : "NO");
+    if (graph) {
+      const float g_on = med(kGraphOn, kLayer), g_off = med(kGraphOff, kLayer);
+      fmt::print("{:<10} {:>9.3f} {:>9.3f} {:>9.3f} {:>9.3f} {:>+8.2f}% {:>+8.2f}% {:>6}\n",
+                 routing, off_ms, on_ms, g_on, g_off, 100.0 * (g_on / off_ms - 1),
+                 100.0 * (g_on / on_ms - 1), fields.back() == 0.0f ? "yes" : "NO");
+    }
     std::fflush(stdout);
   }
   return 0;
@@ -246,6 +346,10 @@ int layer_main(const std::vector<std::string>& args,
                  "who plans ON invocations: auto (default: gpu where it covers the policy), gpu "
                  "or host")
       ->check(CLI::IsMember({"host", "gpu"}));
+  app.add_option("--graph", opt.graph,
+                 "1: also time the static-shape CUDA-graph mode (ON and OFF; tau * P <= 256); 2: "
+                 "the same with size-aware GEMMs")
+      ->check(CLI::IsMember({0, 1, 2}));
   try {
     std::vector<std::string> reversed(args.rbegin(), args.rend());
     app.parse(reversed);

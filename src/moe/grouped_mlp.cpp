@@ -132,6 +132,7 @@ struct GroupedMlp::Impl {
     cudaStream_t stream = nullptr;
     cudaEvent_t done = nullptr;
     DeviceBuffer workspace;
+    cudaStream_t body = nullptr;  // run_switched: captures the lane's switch bodies (lazily made)
   };
   std::vector<Lane> lanes;  // ordinary lanes, then kPriorityLanes when priority_below_rows > 0
   int num_ordinary_lanes = 0;
@@ -151,6 +152,7 @@ struct GroupedMlp::Impl {
     for (Lane& lane : lanes) {
       if (lane.done != nullptr) cudaEventDestroy(lane.done);
       if (lane.stream != nullptr) cudaStreamDestroy(lane.stream);
+      if (lane.body != nullptr) cudaStreamDestroy(lane.body);
     }
     if (fork_event != nullptr) cudaEventDestroy(fork_event);
     gemm1.reset();
@@ -162,6 +164,13 @@ struct GroupedMlp::Impl {
   void run_grouped(cuda::GroupPointersParams& params, int64_t total_rows, Stream stream);
   void run_lt(const cuda::GroupPointersParams& params, int64_t total_rows, Stream stream);
   void run_lt_chained(const cuda::GroupPointersParams& params, Stream stream);
+  // One slot's chain (GEMM 1 -> SiLU-multiply -> GEMM 2) over `rows` rows starting at row `row`
+  // of x / y and of the scratch buffers.
+  void run_slot_chain(int slot, const uint16_t* x, uint16_t* y, int64_t row, int64_t rows,
+                      DeviceBuffer& ws, Stream stream);
+  // Adds a switch node on `handle` with `num_bodies` bodies after the capture dependencies of
+  // `stream`, which then depends on it; returns the bodies.
+  static const cudaGraph_t* add_switch(Stream stream, uint64_t handle, int num_bodies);
   // Enqueues `work(lane_idx, lane stream, lane workspace)` for every lane in use between a fork
   // from and a join to `stream`; a single lane runs on `stream` itself.
   template <typename F>
@@ -185,6 +194,9 @@ GroupedMlp::GroupedMlp(ExpertShape shape, int num_slots, int64_t max_rows,
              options.min_tail_granule);
   ISER_CHECK(options.priority_below_rows >= 0, "grouped mlp: priority_below_rows = {} is negative",
              options.priority_below_rows);
+  ISER_CHECK(options.reference_rows >= 0 && options.reference_rows <= max_rows,
+             "grouped mlp: reference_rows = {} outside [0, max_rows = {}]", options.reference_rows,
+             max_rows);
   Impl& s = *impl_;
   s.shape = shape;
   s.num_slots = num_slots;
@@ -194,7 +206,9 @@ GroupedMlp::GroupedMlp(ExpertShape shape, int num_slots, int64_t max_rows,
   if (options.backend == GemmBackend::kLtPinned) {
     ISER_CUBLAS_CHECK(cublasLtCreate(&s.lt));
     // Tuned for the balanced per-slot size of the default shapes (1024 rows), valid for all.
-    const int reference_rows = static_cast<int>(std::min<int64_t>(max_rows, 1024));
+    const int reference_rows = options.reference_rows > 0
+                                   ? options.reference_rows
+                                   : static_cast<int>(std::min<int64_t>(max_rows, 1024));
     s.gemm1 =
         std::make_unique<PinnedLtGemm>(s.lt, 2 * shape.intermediate, shape.hidden, reference_rows,
                                        max_rows, kCublasWorkspaceBytes, options.min_tail_granule);
@@ -373,11 +387,7 @@ void GroupedMlp::Impl::run_lt(const cuda::GroupPointersParams& params, int64_t t
 }
 
 void GroupedMlp::Impl::run_lt_chained(const cuda::GroupPointersParams& params, Stream stream) {
-  const int64_t he = shape.hidden;
-  const int64_t inter = shape.intermediate;
   const auto* x = static_cast<const uint16_t*>(params.x);
-  auto* h = h13.get<uint16_t>();
-  auto* a = act.get<uint16_t>();
   const int num_ordinary = std::min(num_ordinary_lanes, params.num_groups);
   const int num_priority = static_cast<int>(lanes.size()) - num_ordinary_lanes;
   // Largest slot first to the least-loaded lane (ties: lower index), so the lanes end together;
@@ -405,11 +415,93 @@ void GroupedMlp::Impl::run_lt_chained(const cuda::GroupPointersParams& params, S
   }
   fork_join(num_used, stream, [&](int lane, cudaStream_t on, DeviceBuffer& ws) {
     for (int g : lane_groups[lane]) {
-      const int64_t row = params.row_begin[g];
-      const SlotWeights& w = host_table[params.slot[g]];
-      gemm1->run(w.w13, x + row * he, h + row * 2 * inter, n[g], ws.get(), ws.bytes(), on);
-      cuda::launch_silu_mul({h + row * 2 * inter, a + row * inter, n[g], shape.intermediate}, on);
-      gemm2->run(w.w2, a + row * inter, params.y + row * he, n[g], ws.get(), ws.bytes(), on);
+      run_slot_chain(params.slot[g], x, params.y, params.row_begin[g], n[g], ws, on);
+    }
+  });
+}
+
+void GroupedMlp::Impl::run_slot_chain(int slot, const uint16_t* x, uint16_t* y, int64_t row,
+                                      int64_t rows, DeviceBuffer& ws, Stream stream) {
+  const int64_t he = shape.hidden;
+  const int64_t inter = shape.intermediate;
+  uint16_t* h = h13.get<uint16_t>() + row * 2 * inter;
+  uint16_t* a = act.get<uint16_t>() + row * inter;
+  const SlotWeights& w = host_table[slot];
+  gemm1->run(w.w13, x + row * he, h, rows, ws.get(), ws.bytes(), stream);
+  cuda::launch_silu_mul({h, a, rows, shape.intermediate}, stream);
+  gemm2->run(w.w2, a, y + row * he, rows, ws.get(), ws.bytes(), stream);
+}
+
+const cudaGraph_t* GroupedMlp::Impl::add_switch(Stream stream, uint64_t handle, int num_bodies) {
+  cudaStreamCaptureStatus status = cudaStreamCaptureStatusNone;
+  cudaGraph_t graph = nullptr;
+  const cudaGraphNode_t* deps = nullptr;
+  const cudaGraphEdgeData* edges = nullptr;
+  size_t num_deps = 0;
+  ISER_CUDA_CHECK(
+      cudaStreamGetCaptureInfo(stream, &status, nullptr, &graph, &deps, &edges, &num_deps));
+  ISER_CHECK(status == cudaStreamCaptureStatusActive,
+             "grouped mlp: run_switched needs a stream that is capturing a CUDA graph");
+  cudaGraphNodeParams params{};
+  params.type = cudaGraphNodeTypeConditional;
+  params.conditional.handle = handle;
+  params.conditional.type = cudaGraphCondTypeSwitch;
+  params.conditional.size = static_cast<unsigned>(num_bodies);
+  cudaGraphNode_t node = nullptr;
+  ISER_CUDA_CHECK(cudaGraphAddNode(&node, graph, deps, edges, num_deps, &params));
+  ISER_CUDA_CHECK(cudaStreamUpdateCaptureDependencies(stream, &node, nullptr, 1,
+                                                      cudaStreamSetCaptureDependencies));
+  return params.conditional.phGraph_out;
+}
+
+void GroupedMlp::run_switched(const void* x, void* y, int64_t slot_rows, int first_slot,
+                              std::span<const uint64_t> handles,
+                              std::span<const int32_t> bucket_rows, Stream stream) {
+  Impl& s = *impl_;
+  const int num_slots = static_cast<int>(handles.size());
+  ISER_CHECK(s.has_weights, "grouped mlp: run_switched() before set_weights()");
+  ISER_CHECK(s.options.backend == GemmBackend::kLtPinned,
+             "grouped mlp: run_switched needs the kLtPinned backend");
+  ISER_CHECK(first_slot >= 0 && num_slots >= 1 && first_slot + num_slots <= s.num_slots,
+             "grouped mlp: run_switched slots [{}, {}) outside [0, {})", first_slot,
+             first_slot + num_slots, s.num_slots);
+  ISER_CHECK(slot_rows >= 1 && (first_slot + num_slots) * slot_rows <= s.max_rows,
+             "grouped mlp: run_switched: {} slots of {} rows exceed max_rows = {}",
+             first_slot + num_slots, slot_rows, s.max_rows);
+  ISER_CHECK(!bucket_rows.empty(), "grouped mlp: run_switched needs at least one bucket");
+  for (size_t b = 0; b < bucket_rows.size(); ++b) {
+    ISER_CHECK(bucket_rows[b] >= 1 && bucket_rows[b] <= slot_rows &&
+                   (b == 0 || bucket_rows[b] > bucket_rows[b - 1]),
+               "grouped mlp: run_switched bucket {} = {} rows (need increasing, in [1, {}])", b,
+               bucket_rows[b], slot_rows);
+  }
+  const auto* xs = static_cast<const uint16_t*>(x);
+  auto* ys = static_cast<uint16_t*>(y);
+  const int num_bodies = static_cast<int>(bucket_rows.size());
+  const int num_used = std::min(s.num_ordinary_lanes, num_slots);
+  s.fork_join(num_used, stream, [&](int lane, cudaStream_t on, DeviceBuffer& ws) {
+    // NOTE: a lane's switch nodes run one after the other (each depends on the previous one
+    // through `on`), so its bodies share the lane's cuBLAS workspace; the scratch rows are the
+    // slot's own (row s * slot_rows of h13 and act).
+    cudaStream_t& body = s.lanes[static_cast<size_t>(lane)].body;
+    if (body == nullptr) ISER_CUDA_CHECK(cudaStreamCreateWithFlags(&body, cudaStreamNonBlocking));
+    for (int i = lane; i < num_slots; i += num_used) {
+      const int slot = first_slot + i;
+      const cudaGraph_t* bodies = Impl::add_switch(on, handles[static_cast<size_t>(i)], num_bodies);
+      for (int b = 0; b < num_bodies; ++b) {
+        ISER_CUDA_CHECK(cudaStreamBeginCaptureToGraph(body, bodies[b], nullptr, nullptr, 0,
+                                                      cudaStreamCaptureModeThreadLocal));
+        try {
+          s.run_slot_chain(slot, xs, ys, slot * slot_rows, bucket_rows[static_cast<size_t>(b)], ws,
+                           body);
+        } catch (...) {
+          cudaGraph_t partial = nullptr;
+          cudaStreamEndCapture(body, &partial);
+          throw;
+        }
+        cudaGraph_t captured = nullptr;
+        ISER_CUDA_CHECK(cudaStreamEndCapture(body, &captured));
+      }
     }
   });
 }
