@@ -79,9 +79,9 @@ struct GraphLayerOptions {
   // Size-aware expert GEMMs (CUDA 12.8+ switch nodes; captured graphs only): each slot runs at the
   // smallest row bucket (8, 16, 32, ... up to C) holding the rows it received, an empty slot not
   // at all, chosen on the device at every launch; the outputs do not change (pinned algorithms).
-  // Off: every slot at M = C. enqueue() (no graph) always runs M = C.
-  // NOTE: written after the graph mode's device run: compiled, not yet run on a GPU.
-  bool size_aware = false;
+  // Off: every slot at M = C (1.2-1.6x slower on H200, docs/benchmarks.md). enqueue() (no
+  // graph) always runs M = C.
+  bool size_aware = true;
 };
 
 // What finish() saw of the last launch.
