@@ -10,11 +10,10 @@
 //                                       warp-argmax rounds
 //   2 placement (sequential passes)     warp 0, per-rank state in registers (P <= 72: <= 3
 //                                       ranks per lane); every choice a warp reduction
-//   3 slot coloring (sequential)        warp 0, used helper indices in registers, while (P <=
-//                                       30; first, for P > 30)
-//   6 transport modes, repair prep      warps 1.. (all, P > 30): one warp per broadcast, then
-//   4 quota repair                      one of them per circle-method pair, a named barrier
-//                                       per phase; each lane holds <= 3 sorted broadcasts
+//   3 slot coloring (sequential)        warp 0, used helper indices in registers, while
+//   6 transport modes, repair prep      warps 1..: one warp per broadcast (+ host bitsets)
+//   4 quota repair                      warps 1..: pair lists; warp 1: levels, then trades
+//                                       level by level, a lane per pair (plan_repair.cuh)
 //   out plan words + rewrite tables     all threads
 // The broadcasts live in shared memory; quotas are stored compactly (group members, then the
 // owner when it is outside) since Σ_b |G_b| <= P·S.
@@ -26,6 +25,7 @@
 
 #include "cuda/plan_iser.cuh"
 #include "cuda/plan_place.cuh"
+#include "cuda/plan_repair.cuh"
 #include "cuda/plan_stages.cuh"
 
 namespace iser::cuda {
@@ -75,6 +75,11 @@ __global__ void __launch_bounds__(PlanConfig::kThreads, 1)
   st.quota = smem + lay.quota;
   st.own = smem + lay.own;
   st.scalars = smem + lay.scalars;
+  st.host_bits = reinterpret_cast<uint32_t*>(smem + lay.host_bits);
+  st.rank_level = smem + lay.rank_level;
+  st.pair_head = smem + lay.pair_head;
+  st.pair_items = smem + lay.pair_items;
+  st.level_table = smem + lay.level_table;
 
   const int P = st.P;
   const int E = st.E;
@@ -91,6 +96,11 @@ __global__ void __launch_bounds__(PlanConfig::kThreads, 1)
   for (int e = tid; e < E; e += PlanConfig::kThreads) {
     st.hist[e] = 0;
     st.expert_broadcast[e] = -1;
+  }
+  // Stage 4's zeroed arrays (16-byte aligned, a multiple of 4 words).
+#pragma unroll 1
+  for (int i = lay.host_bits / 4 + tid; i < lay.zero_end / 4; i += PlanConfig::kThreads) {
+    reinterpret_cast<int4*>(smem)[i] = make_int4(0, 0, 0, 0);
   }
   __syncthreads();
   // hist: column sums in registers. Thread t sums vector column t % cols over the rows
@@ -194,16 +204,9 @@ __global__ void __launch_bounds__(PlanConfig::kThreads, 1)
   // ---- stage 3, slot coloring, on warp 0; beside it on warps 1.. the repair set-up, transport
   // modes (stage 6) and quota repair (stage 4). NOTE: coloring writes only b_helper and the
   // status word, which the repair never reads; both are read after the block barrier below.
-  // With more circle-method pairs than the 15 side warps (P > 30), a side warp would run two
-  // or three pairs per phase: there warp 0 colours first and all 16 warps repair.
-  const bool beside = (P + (P & 1)) / 2 < PlanConfig::kWarps;
-  if (!beside) {
-    if (warp == 0) color(st, B, lane);
-    __syncthreads();
-  }
-  const int first_warp = beside ? 1 : 0;
-  const int num_side_warps = PlanConfig::kWarps - first_warp;
-  if (beside && warp == 0) {
+  constexpr int first_warp = 1;
+  constexpr int num_side_warps = PlanConfig::kWarps - first_warp;
+  if (warp == 0) {
     color(st, B, lane);
   } else {
     const int side_warp = warp - first_warp;
@@ -244,6 +247,12 @@ __global__ void __launch_bounds__(PlanConfig::kThreads, 1)
                  (level2 < level || (level2 == level && b2 < b));
       }
       rank = __reduce_add_sync(PlanConfig::kFullMask, rank);
+      const int words = (B + 31) / 32;  // host bits for stage 4 (plan_repair.cuh)
+#pragma unroll 1
+      for (int i = lane; i < entries; i += 32) {
+        const int r = i < size ? begin + i : owner;
+        atomicOr(&st.host_bits[r * words + rank / 32], 1u << (rank % 32));
+      }
       const bool pure = !__any_sync(PlanConfig::kFullMask, impure);
       const bool coarsest = !__any_sync(PlanConfig::kFullMask, finer);
       if (lane == 0) {
@@ -254,7 +263,15 @@ __global__ void __launch_bounds__(PlanConfig::kThreads, 1)
     }
     named_barrier(2, num_side_warps * 32);
     stamp(3, 32 * first_warp);
-    if (B >= 2) repair(st, B, side_warp, num_side_warps, lane);
+    if (B >= 2) {
+      build_pair_lists(st, B, tid - 32 * first_warp, num_side_warps * 32);
+      named_barrier(2, num_side_warps * 32);
+      if (st.scalars[kPoolTopWord] <= kPairPoolWords) {
+        if (side_warp == 0) repair_scheduled(st, lane);
+      } else {
+        repair_by_phases(st, B, side_warp, num_side_warps, lane);
+      }
+    }
     stamp(4, 32 * first_warp);
   }
   __syncthreads();
