@@ -134,7 +134,8 @@ double median(std::vector<double> v) {
 struct Timing {
   double event_us = 0;
   double kernel_us = 0;
-  double stage_us[iser::kGpuPlanTimerSlots - 1] = {};  // stage 1, place, prep, repair, out
+  // stage 1, placement, repair set-up, pair lists, levels, trades, output
+  double stage_us[iser::kGpuPlanTimerSlots - 1] = {};
 };
 
 template <typename Enqueue>
@@ -359,24 +360,28 @@ int main(int argc, char** argv) {
       for (const Timing* t : {&t_plan, &t_warm}) {
         std::printf(
             "       %s: plan %.2f us (in-kernel %.2f): hist+candidates %.2f, placement %.2f, "
-            "repair set-up+modes %.2f, repair %.2f (coloring: beside these two for P <= 30, "
-            "in the set-up for P > 30), output %.2f\n",
+            "repair set-up+modes %.2f, repair: pair lists %.2f, levels %.2f, trades %.2f "
+            "(coloring beside the set-up and repair), output %.2f\n",
             t == &t_plan ? "L2 flushed" : "L2 warm   ", t->event_us, t->kernel_us, t->stage_us[0],
-            t->stage_us[1], t->stage_us[2], t->stage_us[3], t->stage_us[4]);
+            t->stage_us[1], t->stage_us[2], t->stage_us[3], t->stage_us[4], t->stage_us[5],
+            t->stage_us[6]);
       }
+      auto stages = [](const Timing& t) {
+        std::string list;
+        for (double v : t.stage_us) list += (list.empty() ? "" : ",") + std::to_string(v);
+        return "[" + list + "]";
+      };
       char buf[1024];
       std::snprintf(
           buf, sizeof(buf),
           "%s{\"ep\":%d,\"policy\":\"%s\",\"experts\":%d,\"slots\":%d,\"tokens\":%d,\"top_k\":%d,"
           "\"plan_us\":%.3f,\"plan_kernel_us\":%.3f,\"plan_rewrite_us\":%.3f,"
-          "\"count_us\":%.3f,\"cpu_plan_us\":%.3f,\"stages_us\":[%.3f,%.3f,%.3f,%.3f,%.3f],"
-          "\"plan_warm_us\":%.3f,\"plan_warm_kernel_us\":%.3f,"
-          "\"warm_stages_us\":[%.3f,%.3f,%.3f,%.3f,%.3f],\"check\":%s}",
+          "\"count_us\":%.3f,\"cpu_plan_us\":%.3f,\"stages_us\":%s,"
+          "\"plan_warm_us\":%.3f,\"plan_warm_kernel_us\":%.3f,\"warm_stages_us\":%s,"
+          "\"check\":%s}",
           json.size() > 1 ? "," : "", P, policy.c_str(), args.experts, args.slots, args.tokens,
           args.top_k, t_plan.event_us, t_plan.kernel_us, t_both.event_us, t_count.event_us, cpu,
-          t_plan.stage_us[0], t_plan.stage_us[1], t_plan.stage_us[2], t_plan.stage_us[3],
-          t_plan.stage_us[4], t_warm.event_us, t_warm.kernel_us, t_warm.stage_us[0],
-          t_warm.stage_us[1], t_warm.stage_us[2], t_warm.stage_us[3], t_warm.stage_us[4],
+          stages(t_plan).c_str(), t_warm.event_us, t_warm.kernel_us, stages(t_warm).c_str(),
           args.check ? (ok ? "true" : "false") : "null");
       json += buf;
 

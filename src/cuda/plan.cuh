@@ -30,6 +30,9 @@
 
 namespace iser::cuda {
 
+// kIser == p.iser: one instantiation per policy family, so the HALO-Q kernel carries none of
+// iser's placement code (smaller text: fewer cold instruction fetches after an L2 flush).
+template <bool kIser>
 __global__ void __launch_bounds__(PlanConfig::kThreads, 1)
     plan_kernel(const PlanParams p, const PlanSmem lay) {
   using namespace plan_detail;
@@ -38,12 +41,13 @@ __global__ void __launch_bounds__(PlanConfig::kThreads, 1)
   const int lane = tid & 31;
   const int warp = tid >> 5;
   // Optional stage timestamps of CTA 0 (kGpuPlanTimerSlots globaltimer values).
-  // Stamps by thread `by` of CTA 0: thread 0 for the serial stages; the repair set-up and the
-  // repair by the first repair warp (warp 1 when warp 0 colours beside them).
+  // Stamps by thread `by` of CTA 0: thread 0 for the serial stages; the repair set-up, pair
+  // lists, levels and trades by warp 1 (warp 0 colours beside them).
   auto stamp = [&](int slot, int by = 0) {
     if (p.timer != nullptr && blockIdx.x == 0 && tid == by) p.timer[slot] = global_timer();
   };
   stamp(0);
+  if (tid == 0) allow_dependent_launch();
 
   State st;
   st.P = p.num_ranks;
@@ -193,7 +197,11 @@ __global__ void __launch_bounds__(PlanConfig::kThreads, 1)
   if (warp == 0) {
     int num_broadcasts = 0;
     if (st.scalars[kStatusWord] == 0) {
-      num_broadcasts = p.iser ? place_iser(st, p, T, lane) : place_halo_q(st, p, T, lane);
+      if constexpr (kIser) {
+        num_broadcasts = place_iser(st, p, T, lane);
+      } else {
+        num_broadcasts = place_halo_q(st, p, T, lane);
+      }
     }
     if (lane == 0) st.scalars[kNumBroadcastsWord] = num_broadcasts;
   }
@@ -210,7 +218,7 @@ __global__ void __launch_bounds__(PlanConfig::kThreads, 1)
     color(st, B, lane);
   } else {
     const int side_warp = warp - first_warp;
-    if (p.iser) {  // left[] now sums each expert's quotas over its broadcasts (output check)
+    if (kIser) {  // left[] now sums each expert's quotas over its broadcasts (output check)
 #pragma unroll 1
       for (int e = tid - 32 * first_warp; e < E; e += num_side_warps * 32) st.left[e] = 0;
     }
@@ -266,13 +274,21 @@ __global__ void __launch_bounds__(PlanConfig::kThreads, 1)
     if (B >= 2) {
       build_pair_lists(st, B, tid - 32 * first_warp, num_side_warps * 32);
       named_barrier(2, num_side_warps * 32);
+      stamp(4, 32 * first_warp);
       if (st.scalars[kPoolTopWord] <= kPairPoolWords) {
-        if (side_warp == 0) repair_scheduled(st, lane);
+        if (side_warp == 0) {
+          const bool stamps = p.timer != nullptr && blockIdx.x == 0 && lane == 0;
+          repair_scheduled(st, lane, stamps ? p.timer + 5 : nullptr);
+        }
       } else {
+        stamp(5, 32 * first_warp);
         repair_by_phases(st, B, side_warp, num_side_warps, lane);
       }
+    } else {
+      stamp(4, 32 * first_warp);
+      stamp(5, 32 * first_warp);
     }
-    stamp(4, 32 * first_warp);
+    stamp(6, 32 * first_warp);
   }
   __syncthreads();
 
@@ -311,14 +327,14 @@ __global__ void __launch_bounds__(PlanConfig::kThreads, 1)
       quota_sum += __reduce_add_sync(PlanConfig::kFullMask, q);
     }
     // iser may broadcast an expert more than once: its quotas sum to hist over all of them.
-    broken = __any_sync(PlanConfig::kFullMask, broken) || (!p.iser && quota_sum != st.hist[expert]);
-    if (p.iser && lane == 0) atomicAdd(&st.left[expert], quota_sum);
+    broken = __any_sync(PlanConfig::kFullMask, broken) || (!kIser && quota_sum != st.hist[expert]);
+    if (kIser && lane == 0) atomicAdd(&st.left[expert], quota_sum);
     if (broken && lane == 0) {
       atomicOr(reinterpret_cast<unsigned*>(&st.scalars[kStatusWord]), kGpuPlanInvariant);
     }
   }
   __syncthreads();
-  if (p.iser) {
+  if (kIser) {
 #pragma unroll 1
     for (int e = tid; e < E; e += PlanConfig::kThreads) {
       if (st.expert_broadcast[e] >= 0 && st.left[e] != st.hist[e]) {
@@ -333,7 +349,7 @@ __global__ void __launch_bounds__(PlanConfig::kThreads, 1)
     plan[GpuPlanLayout::kStatus] = status;
     plan[GpuPlanLayout::kTarget] = T;
     plan[GpuPlanLayout::kNumBroadcasts] = num_out;
-    plan[GpuPlanLayout::kFlags] = p.owner_home || p.iser ? 1 : 0;
+    plan[GpuPlanLayout::kFlags] = p.owner_home || kIser ? 1 : 0;
     plan[GpuPlanLayout::kNumRanks] = P;
     plan[GpuPlanLayout::kNumExperts] = E;
     plan[GpuPlanLayout::kNumSlots] = st.S;
@@ -358,7 +374,7 @@ __global__ void __launch_bounds__(PlanConfig::kThreads, 1)
   }
   if (blockIdx.x == 0 && p.timer != nullptr) {  // CTA-uniform: the barrier is safe
     __syncthreads();
-    stamp(5);
+    stamp(7);
   }
 }
 

@@ -468,14 +468,13 @@ struct PairTrade {
   }
 };
 
-// Stage 4, scheduled path (one warp): levels, then the trades level by level, lane l taking the
+// Stage 4, scheduled path (one warp): the trades level by level, lane l taking the
 // pairs whose receiver a is rank l + 32 c, c < K (K = ceil(P / 32)). Software-pipelined: at
 // level L the quotas of L, the lists of L + 1 and the heads of L + 2 are loaded together (the
 // lists and heads do not change), so a level costs one shared round trip and its arithmetic.
 template <int K>
-__device__ __forceinline__ void repair_by_levels(const State& st, int lane) {
+__device__ __forceinline__ void repair_by_levels(const State& st, int deepest, int lane) {
   const int P = st.P;
-  const int deepest = level_pairs(st, lane);
   auto head_at = [&](int level, int c) {
     const int r = lane + 32 * c;
     return level <= deepest && r < P ? st.level_table[level * P + r] : 0;
@@ -505,14 +504,19 @@ __device__ __forceinline__ void repair_by_levels(const State& st, int lane) {
   }
 }
 
-// Out of line: its own register allocation, apart from the kernel body's.
-__device__ __noinline__ void repair_scheduled(const State st, int lane) {
+// Stage 4, scheduled path (one warp): levels, then trades. Out of line: its own register
+// allocation, apart from the kernel body's. levels_stamp (optional, profiling) gets the
+// globaltimer after the levels.
+__device__ __noinline__ void repair_scheduled(const State st, int lane,
+                                              unsigned long long* levels_stamp) {
+  const int deepest = level_pairs(st, lane);
+  if (levels_stamp != nullptr) *levels_stamp = global_timer();
   if (st.P <= 32) {
-    repair_by_levels<1>(st, lane);
+    repair_by_levels<1>(st, deepest, lane);
   } else if (st.P <= 64) {
-    repair_by_levels<2>(st, lane);
+    repair_by_levels<2>(st, deepest, lane);
   } else {
-    repair_by_levels<3>(st, lane);
+    repair_by_levels<3>(st, deepest, lane);
   }
 }
 

@@ -99,6 +99,16 @@ __device__ __forceinline__ unsigned long long global_timer() {
   return t;
 }
 
+// Programmatic dependent launch: a kernel launched next on the stream with the programmatic
+// stream serialization attribute (the rewrite, rewrite.cu) may start once every CTA of this one
+// has run this. NOTE: it only overlaps the dependent's prologue; the dependent reads the plan
+// after griddepcontrol.wait, which waits for this whole grid to complete and flush.
+__device__ __forceinline__ void allow_dependent_launch() {
+#if defined(__CUDA_ARCH__) && __CUDA_ARCH__ >= 900
+  asm volatile("griddepcontrol.launch_dependents;" ::: "memory");
+#endif
+}
+
 __device__ __forceinline__ void named_barrier(int id, int num_threads) {
   asm volatile("bar.sync %0, %1;" ::"r"(id), "r"(num_threads) : "memory");
 }

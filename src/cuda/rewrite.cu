@@ -17,9 +17,20 @@ int prepare_rewrite_kernel(int smem_bytes) {
 }
 
 int launch_rewrite(const RewriteParams& params, CUstream_st* stream) {
-  const dim3 grid(params.num_tiles, params.num_rows);
-  rewrite_kernel<<<grid, RewriteConfig::kThreads, rewrite_smem_bytes(params), stream>>>(params);
-  return static_cast<int>(cudaGetLastError());
+  // Programmatic dependent launch: the rewrite may start while the previous kernel (the
+  // planner, which allows it at its start) runs, loads its ids and waits for the planner's
+  // completion in griddepcontrol.wait before reading the plan (rewrite.cuh). Stream-capturable.
+  cudaLaunchAttribute attribute{};
+  attribute.id = cudaLaunchAttributeProgrammaticStreamSerialization;
+  attribute.val.programmaticStreamSerializationAllowed = 1;
+  cudaLaunchConfig_t config{};
+  config.gridDim = dim3(params.num_tiles, params.num_rows);
+  config.blockDim = dim3(RewriteConfig::kThreads);
+  config.dynamicSmemBytes = static_cast<size_t>(rewrite_smem_bytes(params));
+  config.stream = stream;
+  config.attrs = &attribute;
+  config.numAttrs = 1;
+  return static_cast<int>(cudaLaunchKernelEx(&config, rewrite_kernel, params));
 }
 
 }  // namespace iser::cuda

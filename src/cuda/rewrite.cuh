@@ -59,6 +59,14 @@ __host__ __device__ inline int rewrite_smem_words(int num_experts, int max_broad
          (stages_demand(num_ranks, max_broadcasts) ? num_ranks * max_broadcasts : 0);
 }
 
+// Programmatic dependent launch (launch_rewrite): waits until the previous kernel on the stream
+// (the planner) has completed and its writes are visible; a no-op without the attribute.
+__device__ __forceinline__ void wait_for_previous_kernel() {
+#if defined(__CUDA_ARCH__) && __CUDA_ARCH__ >= 900
+  asm volatile("griddepcontrol.wait;" ::: "memory");
+#endif
+}
+
 // Slot of the ordinal-th route of broadcast b at source rank s (DESIGN §4.5): the residual
 // destinations d < s first, then s itself (diag routes), then d > s.
 __device__ __forceinline__ int broadcast_slot(const BroadcastView& v, const int32_t* demand_end,
@@ -110,7 +118,10 @@ __global__ void __launch_bounds__(RewriteConfig::kThreads) rewrite_kernel(const 
   const int32_t* counts = p.counts + static_cast<int64_t>(plan_idx) * P * E;
   const GpuPlanLayout lay{P, E, S, max_b};
 
-  // The route ids do not depend on the plan: load them first, beside the plan header.
+  // The route ids do not depend on the plan: load them first, while the planner still runs
+  // (programmatic dependent launch). NOTE: the ids were counted by count() before the planner
+  // started (the API's stream order), so they are visible here; the counts, tile counts and plan
+  // are read only after the wait (the previous kernel may have written them).
   const int32_t* ids = p.topk_ids + static_cast<int64_t>(row) * p.num_routes;
   const int base = tile * kRouteTile + warp * RewriteConfig::kWarpRoutes;
   int id[RewriteConfig::kRoutesPerLane];
@@ -119,6 +130,7 @@ __global__ void __launch_bounds__(RewriteConfig::kThreads) rewrite_kernel(const 
     const int idx = base + i * 32 + lane;
     id[i] = idx < p.num_routes ? __ldg(ids + idx) : -1;
   }
+  wait_for_previous_kernel();
   const int plan_status = plan[GpuPlanLayout::kStatus];
   const int B = plan_status == 0 ? plan[GpuPlanLayout::kNumBroadcasts] : 0;
   const bool owner_home = (plan[GpuPlanLayout::kFlags] & 1) != 0;
