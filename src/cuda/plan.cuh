@@ -278,7 +278,9 @@ __global__ void __launch_bounds__(PlanConfig::kThreads, 1)
       if (st.scalars[kPoolTopWord] <= kPairPoolWords) {
         if (side_warp == 0) {
           const bool stamps = p.timer != nullptr && blockIdx.x == 0 && lane == 0;
-          repair_scheduled(st, lane, stamps ? p.timer + 5 : nullptr);
+          repair_scheduled(P, static_cast<int>(st.own - smem), static_cast<int>(st.quota - smem),
+                           lay.pair_head, lay.pair_items, lay.rank_level, lay.level_table,
+                           lay.scalars, lane, stamps ? p.timer + 5 : nullptr);
         }
       } else {
         stamp(5, 32 * first_warp);

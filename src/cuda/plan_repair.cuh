@@ -271,49 +271,78 @@ __device__ __forceinline__ void circle_pair(int rot, int w, int seats, int& a, i
 
 // Lists: per pair of round 1 (rotation, w) the sorted broadcasts both ranks host, as compact
 // quota indices (receiver a's | donor d's << 16), in pair_items; pair_head = offset | n << 16
-// (n >= 2), 0 for no list. Runs on num_threads threads (thread t of them); the pool top past
-// kPairPoolWords after the barrier means the lists did not fit (nothing beyond it is written).
+// (n >= 2), 0 for no list. Runs on whole warps, num_threads threads (thread t of them); one pool
+// atomic per warp and round. The pool top past kPairPoolWords after the barrier means the lists
+// did not fit (no list is written past it).
 __device__ __forceinline__ void build_pair_lists(const State& st, int B, int t, int num_threads) {
   const int P = st.P;
   const int seats = P + (P & 1);
   const int num_pairs = seats / 2;
+  const int total = (seats - 1) * num_pairs;
   const int words = (B + 31) / 32;
+  const int lane = t & 31;
 #pragma unroll 1
-  for (int idx = t; idx < (seats - 1) * num_pairs; idx += num_threads) {
+  for (int idx = t; idx - lane < total; idx += num_threads) {  // warp-uniform trip count
     const int rot = idx / num_pairs;
-    int a, d;
-    circle_pair(rot, idx - rot * num_pairs, seats, a, d);
-    int head = 0;
+    int a = P;
+    int d = P;
+    if (idx < total) circle_pair(rot, idx - rot * num_pairs, seats, a, d);
+    int n = 0;
     if (a < P && d < P) {
-      int n = 0;
 #pragma unroll 1
       for (int j = 0; j < words; ++j)
         n += __popc(st.host_bits[a * words + j] & st.host_bits[d * words + j]);
-      const int offset = n >= 2 ? atomicAdd(&st.scalars[kPoolTopWord], n) : 0;
-      if (n >= 2 && offset + n <= kPairPoolWords) {
-        int i = offset;
+    }
+    n = n >= 2 ? n : 0;
+    const int incl = warp_inclusive_scan(n, lane);
+    const int warp_words = __shfl_sync(PlanConfig::kFullMask, incl, 31);
+    int first = 0;
+    if (lane == 0 && warp_words > 0) first = atomicAdd(&st.scalars[kPoolTopWord], warp_words);
+    const int offset = __shfl_sync(PlanConfig::kFullMask, first, 0) + incl - n;
+    const bool listed = n > 0 && offset + n <= kPairPoolWords;
+    if (listed) {
+      int i = offset;
 #pragma unroll 1
-        for (int j = 0; j < words; ++j) {
-          unsigned m = st.host_bits[a * words + j] & st.host_bits[d * words + j];
-          while (m != 0) {
-            const int b = st.order[32 * j + __ffs(m) - 1];
-            m &= m - 1;
-            st.pair_items[i++] = st.host_index(b, a) | st.host_index(b, d) << 16;
-          }
+      for (int j = 0; j < words; ++j) {
+        unsigned m = st.host_bits[a * words + j] & st.host_bits[d * words + j];
+        while (m != 0) {
+          const int b = st.order[32 * j + __ffs(m) - 1];
+          m &= m - 1;
+          st.pair_items[i++] = st.host_index(b, a) | st.host_index(b, d) << 16;
         }
-        head = offset | n << 16;
-        atomicOr(reinterpret_cast<unsigned*>(&st.scalars[kPhaseBitsWord + rot / 32]),
-                 1u << (rot % 32));
       }
     }
-    st.pair_head[idx] = head;
+#pragma unroll
+    for (int j = 0; j < 3; ++j) {  // <= 71 rotations
+      const unsigned bits =
+          __reduce_or_sync(PlanConfig::kFullMask, listed && rot / 32 == j ? 1u << (rot % 32) : 0u);
+      if (lane == 0 && bits != 0) {
+        atomicOr(reinterpret_cast<unsigned*>(&st.scalars[kPhaseBitsWord + j]), bits);
+      }
+    }
+    if (idx < total) st.pair_head[idx] = listed ? offset | n << 16 : 0;
   }
 }
+
+// The arrays of the scheduled repair, built in registers inside the out-of-line
+// repair_scheduled from shared-memory word offsets. NOTE: a State passed by value to an
+// out-of-line function lives in local memory and is re-read after every __syncwarp; the first
+// device run of this path (State by value) cost 200-300 ns per level for that.
+struct RepairView {
+  int P;
+  const int32_t* own;
+  int32_t* quota;
+  const int32_t* pair_head;
+  const int32_t* pair_items;
+  int32_t* rank_level;
+  int32_t* level_table;
+  const int32_t* scalars;
+};
 
 // Levels (one warp): lane w takes pair w (and w + 32) of every rotation with a listed pair, in
 // the CPU's phase order, both rounds; level_table[level][a] = the pair's head (a pair's ranks
 // are in no other pair of its level). Returns the deepest level (the same on every lane).
-__device__ __forceinline__ int level_pairs(const State& st, int lane) {
+__device__ __forceinline__ int level_pairs(const RepairView& st, int lane) {
   const int P = st.P;
   const int seats = P + (P & 1);
   const int ring_size = seats - 1;
@@ -386,15 +415,16 @@ __device__ __forceinline__ void trade_listed(const int (&c_r)[kListRegs], int (&
 }
 
 // The same from shared memory, for lists longer than kListRegs (out of line: rare).
-__device__ __noinline__ void trade_listed_long(const State& st, const int32_t* items, int n,
-                                               int shift_r, int shift_d) {
+__device__ __noinline__ void trade_listed_long(const int32_t* own, int32_t* quota,
+                                               const int32_t* items, int n, int shift_r,
+                                               int shift_d) {
   int sum_pull = 0;
   int sum_give = 0;
   for (int k = 0; k < n; ++k) {
     const int er = (items[k] >> shift_r) & 0xffff;
     const int ed = (items[k] >> shift_d) & 0xffff;
-    sum_pull += min(max(0, st.own[er] - st.quota[er]), max(0, st.quota[ed] - st.own[ed]));
-    sum_give += max(0, st.quota[er] - st.own[er]);
+    sum_pull += min(max(0, own[er] - quota[er]), max(0, quota[ed] - own[ed]));
+    sum_give += max(0, quota[er] - own[er]);
   }
   int take_left = min(sum_pull, sum_give);
   if (take_left <= 0) return;
@@ -402,14 +432,14 @@ __device__ __noinline__ void trade_listed_long(const State& st, const int32_t* i
   for (int k = 0; k < n; ++k) {
     const int er = (items[k] >> shift_r) & 0xffff;
     const int ed = (items[k] >> shift_d) & 0xffff;
-    const int pull = min(max(0, st.own[er] - st.quota[er]), max(0, st.quota[ed] - st.own[ed]));
-    const int give = max(0, st.quota[er] - st.own[er]);
+    const int pull = min(max(0, own[er] - quota[er]), max(0, quota[ed] - own[ed]));
+    const int give = max(0, quota[er] - own[er]);
     const int take = min(pull, take_left);
     const int release = min(give, release_left);
     take_left -= take;
     release_left -= release;
-    st.quota[er] += take - release;
-    st.quota[ed] += release - take;
+    quota[er] += take - release;
+    quota[ed] += release - take;
   }
 }
 
@@ -418,7 +448,7 @@ struct ListedPair {
   int head = 0;
   int item[kListRegs] = {};
 
-  __device__ __forceinline__ void load(const State& st, int h) {
+  __device__ __forceinline__ void load(const RepairView& st, int h) {
     head = h;
     const int n = h >> 16;
     const int32_t* items = st.pair_items + (h & 0xffff);
@@ -432,7 +462,7 @@ struct ListedPair {
 struct PairTrade {
   int c_a[kListRegs], q_a[kListRegs], c_d[kListRegs], q_d[kListRegs];
 
-  __device__ __forceinline__ void load(const State& st, const ListedPair& pair) {
+  __device__ __forceinline__ void load(const RepairView& st, const ListedPair& pair) {
     const int n = pair.head >> 16;
 #pragma unroll
     for (int k = 0; k < kListRegs; ++k) {
@@ -445,12 +475,12 @@ struct PairTrade {
       q_d[k] = on ? st.quota[ed] : 0;
     }
   }
-  __device__ __forceinline__ void run(const State& st, const ListedPair& pair) {
+  __device__ __forceinline__ void run(const RepairView& st, const ListedPair& pair) {
     const int n = pair.head >> 16;
     if (n > kListRegs) {  // long list: from shared memory
       const int32_t* items = st.pair_items + (pair.head & 0xffff);
-      trade_listed_long(st, items, n, 0, 16);
-      trade_listed_long(st, items, n, 16, 0);
+      trade_listed_long(st.own, st.quota, items, n, 0, 16);
+      trade_listed_long(st.own, st.quota, items, n, 16, 0);
       return;
     }
     int q_a0[kListRegs];
@@ -473,7 +503,7 @@ struct PairTrade {
 // level L the quotas of L, the lists of L + 1 and the heads of L + 2 are loaded together (the
 // lists and heads do not change), so a level costs one shared round trip and its arithmetic.
 template <int K>
-__device__ __forceinline__ void repair_by_levels(const State& st, int deepest, int lane) {
+__device__ __forceinline__ void repair_by_levels(const RepairView& st, int deepest, int lane) {
   const int P = st.P;
   auto head_at = [&](int level, int c) {
     const int r = lane + 32 * c;
@@ -504,19 +534,30 @@ __device__ __forceinline__ void repair_by_levels(const State& st, int deepest, i
   }
 }
 
-// Stage 4, scheduled path (one warp): levels, then trades. Out of line: its own register
-// allocation, apart from the kernel body's. levels_stamp (optional, profiling) gets the
-// globaltimer after the levels.
-__device__ __noinline__ void repair_scheduled(const State st, int lane,
+// Stage 4, scheduled path (one warp): levels, then trades. Out of line (its own register
+// allocation, apart from the kernel body's); the arrays come as shared-memory word offsets
+// (RepairView). levels_stamp (optional, profiling) gets the globaltimer after the levels.
+__device__ __noinline__ void repair_scheduled(int P, int own_at, int quota_at, int pair_head_at,
+                                              int pair_items_at, int rank_level_at,
+                                              int level_table_at, int scalars_at, int lane,
                                               unsigned long long* levels_stamp) {
-  const int deepest = level_pairs(st, lane);
+  extern __shared__ int32_t smem[];
+  const RepairView view{P,
+                        smem + own_at,
+                        smem + quota_at,
+                        smem + pair_head_at,
+                        smem + pair_items_at,
+                        smem + rank_level_at,
+                        smem + level_table_at,
+                        smem + scalars_at};
+  const int deepest = level_pairs(view, lane);
   if (levels_stamp != nullptr) *levels_stamp = global_timer();
-  if (st.P <= 32) {
-    repair_by_levels<1>(st, deepest, lane);
-  } else if (st.P <= 64) {
-    repair_by_levels<2>(st, deepest, lane);
+  if (P <= 32) {
+    repair_by_levels<1>(view, deepest, lane);
+  } else if (P <= 64) {
+    repair_by_levels<2>(view, deepest, lane);
   } else {
-    repair_by_levels<3>(st, deepest, lane);
+    repair_by_levels<3>(view, deepest, lane);
   }
 }
 

@@ -29,7 +29,7 @@ int launch_rewrite(const RewriteParams& params, CUstream_st* stream) {
   config.dynamicSmemBytes = static_cast<size_t>(rewrite_smem_bytes(params));
   config.stream = stream;
   config.attrs = &attribute;
-  config.numAttrs = 1;
+  config.numAttrs = params.programmatic ? 1 : 0;
   return static_cast<int>(cudaLaunchKernelEx(&config, rewrite_kernel, params));
 }
 
