@@ -216,6 +216,7 @@ __global__ void __launch_bounds__(PlanConfig::kThreads, 1)
   constexpr int num_side_warps = PlanConfig::kWarps - first_warp;
   if (warp == 0) {
     color(st, B, lane);
+    stamp(8);
   } else {
     const int side_warp = warp - first_warp;
     if (kIser) {  // left[] now sums each expert's quotas over its broadcasts (output check)

@@ -132,7 +132,8 @@ __global__ void __launch_bounds__(RewriteConfig::kThreads) rewrite_kernel(const 
   }
   wait_for_previous_kernel();
   const int plan_status = plan[GpuPlanLayout::kStatus];
-  const int B = plan_status == 0 ? plan[GpuPlanLayout::kNumBroadcasts] : 0;
+  const int num_broadcasts = plan[GpuPlanLayout::kNumBroadcasts];
+  const int B = plan_status == 0 ? num_broadcasts : 0;
   const bool owner_home = (plan[GpuPlanLayout::kFlags] & 1) != 0;
   if (plan_status != 0 && tile == 0 && tid == 0) atomicOr(p.error_word, kGpuPlanNotOk);
 
@@ -147,12 +148,36 @@ __global__ void __launch_bounds__(RewriteConfig::kThreads) rewrite_kernel(const 
                            arrays + 5 * max_b,
                            arrays + 6 * max_b,
                            arrays + 7 * max_b};
-  if (B > 0) {
-    for (int e = tid; e < E; e += RewriteConfig::kThreads) {
-      expert_broadcast[e] = plan[lay.expert_broadcast() + e];
-    }
+  // NOTE: the expert -> broadcast table and this rank's words of every possible broadcast (max_b
+  // rows; only b < B are used) do not wait for the header: one round of independent loads, then
+  // the counts of the broadcasts' experts. Rows b >= B are in the buffer but stale; they are read
+  // and dropped (never used as an index).
+  for (int e = tid; e < E; e += RewriteConfig::kThreads) {
+    expert_broadcast[e] = plan[lay.expert_broadcast() + e];
   }
-  // demand_end rows: staged beside the views (same load depth), or read from the plan.
+  for (int b = tid; b < max_b; b += RewriteConfig::kThreads) {
+    const int32_t* rec = plan + lay.broadcasts() + b * GpuPlanLayout::kBroadcastWords;
+    const int expert = rec[GpuPlanLayout::kExpert];
+    const int owner = rec[GpuPlanLayout::kOwner];
+    const int begin = rec[GpuPlanLayout::kGroupBegin];
+    const int size = rec[GpuPlanLayout::kGroupSize];
+    const int helper = rec[GpuPlanLayout::kHelper];
+    const int q = plan[lay.quotas() + b * P + s];
+    const int supply_begin = plan[lay.supply_begin() + b * P + s];
+    const int before = s > 0 ? plan[lay.demand_end() + b * P + s - 1] : 0;
+    if (b >= B) continue;
+    const int c = counts[s * E + expert];
+    const int diag = min(c, q);
+    view.expert[b] = expert;
+    view.owner[b] = owner;
+    view.begin[b] = begin;
+    view.size[b] = size;
+    view.helper[b] = helper;
+    view.diag[b] = diag;
+    view.low[b] = min(max(before - supply_begin, 0), c - diag);
+    view.supply_begin[b] = supply_begin;
+  }
+  // demand_end rows: staged beside the views (loaded with the counts), or read from the plan.
   const bool staged = stages_demand(P, max_b);
   int32_t* staged_demand = arrays + 8 * max_b;
   const int32_t* demand_end = staged ? staged_demand : plan + lay.demand_end();
@@ -160,23 +185,6 @@ __global__ void __launch_bounds__(RewriteConfig::kThreads) rewrite_kernel(const 
     for (int i = tid; i < B * P; i += RewriteConfig::kThreads) {
       staged_demand[i] = plan[lay.demand_end() + i];
     }
-  }
-  for (int b = tid; b < B; b += RewriteConfig::kThreads) {
-    const int32_t* rec = plan + lay.broadcasts() + b * GpuPlanLayout::kBroadcastWords;
-    const int expert = rec[GpuPlanLayout::kExpert];
-    const int q = plan[lay.quotas() + b * P + s];
-    const int supply_begin = plan[lay.supply_begin() + b * P + s];
-    const int before = s > 0 ? plan[lay.demand_end() + b * P + s - 1] : 0;
-    const int c = counts[s * E + expert];
-    const int diag = min(c, q);
-    view.expert[b] = expert;
-    view.owner[b] = rec[GpuPlanLayout::kOwner];
-    view.begin[b] = rec[GpuPlanLayout::kGroupBegin];
-    view.size[b] = rec[GpuPlanLayout::kGroupSize];
-    view.helper[b] = rec[GpuPlanLayout::kHelper];
-    view.diag[b] = diag;
-    view.low[b] = min(max(before - supply_begin, 0), c - diag);
-    view.supply_begin[b] = supply_begin;
   }
   int32_t* my_counts = warp_counts + warp * max_b;
   for (int b = lane; b < B; b += 32) my_counts[b] = 0;
