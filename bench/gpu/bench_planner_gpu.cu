@@ -12,8 +12,6 @@
 //   -P policies, each timed per EP in the same run (halo-q: plan_halo_q; iser: plan_iser
 //   without a previous plan, GpuPlannerOptions::iser; its plan+rewrite column is "-" because
 //   the GPU rewrite does not take iser plans, and its CPU baseline is plan_iser).
-// plan+rw_us launches the rewrite with programmatic dependent launch (the default), plan+rw_plain
-// without it (GpuPlanner::set_programmatic_rewrite(false)); the slot ids checked are the former's.
 #include <cuda_runtime.h>
 
 #include <algorithm>
@@ -218,9 +216,8 @@ int main(int argc, char** argv) {
       "median of %d, L2 flushed\n",
       prop.name, prop.multiProcessorCount, prop.l2CacheSize >> 20, args.experts, args.slots,
       args.tokens, args.top_k, args.graph ? "graph replays" : "launches", args.iters);
-  std::printf("# %4s %7s %14s %14s %14s %14s %14s %14s %12s %10s\n", "EP", "policy", "plan_us",
-              "plan_kern_us", "plan+rw_us", "plan+rw_plain", "count_us", "cpu_plan_us", "cpu/gpu",
-              "bcasts");
+  std::printf("# %4s %7s %14s %14s %14s %14s %14s %12s %10s\n", "EP", "policy", "plan_us",
+              "plan_kern_us", "plan+rw_us", "count_us", "cpu_plan_us", "cpu/gpu", "bcasts");
   cudaStream_t stream;
   BENCH_CUDA(cudaStreamCreateWithFlags(&stream, cudaStreamNonBlocking));
   const size_t flush_bytes = std::max<size_t>(size_t{4} * prop.l2CacheSize, size_t{256} << 20);
@@ -284,10 +281,7 @@ int main(int argc, char** argv) {
       }
       BENCH_CUDA(cudaStreamSynchronize(stream));
 
-      // g_both: plan + rewrite with programmatic dependent launch (the default); g_plain: the
-      // rewrite launched plainly, for comparison.
-      std::vector<cudaGraphExec_t> g_plan(num_inputs), g_both(num_inputs), g_plain(num_inputs),
-          g_count(num_inputs);
+      std::vector<cudaGraphExec_t> g_plan(num_inputs), g_both(num_inputs), g_count(num_inputs);
       auto plan_work = [&](int i) { planners[i].plan(d_counts[i], d_plan[i], stream); };
       auto both_work = [&](int i) {
         planners[i].plan(d_counts[i], d_plan[i], stream);
@@ -312,12 +306,7 @@ int main(int argc, char** argv) {
           planners[i].set_plan_timer(timer);
           g_plan[i] = make_graph(stream, [&] { plan_work(i); });
           planners[i].set_plan_timer(nullptr);
-          if (!iser) {
-            g_both[i] = make_graph(stream, [&] { both_work(i); });
-            planners[i].set_programmatic_rewrite(false);
-            g_plain[i] = make_graph(stream, [&] { both_work(i); });
-            planners[i].set_programmatic_rewrite(true);
-          }
+          if (!iser) g_both[i] = make_graph(stream, [&] { both_work(i); });
           g_count[i] = make_graph(stream, [&] { count_work(i); });
         }
       }
@@ -329,12 +318,6 @@ int main(int argc, char** argv) {
           time_replays(args, num_inputs, stream, flush, 0, timer, run(g_plan, plan_work));
       for (auto& planner : planners) planner.set_plan_timer(nullptr);
       // iser: no GPU rewrite of its plans (an expert may be broadcast twice).
-      // The plain rewrite first: the slot ids checked below are the programmatic launch's.
-      for (auto& planner : planners) planner.set_programmatic_rewrite(false);
-      const Timing t_plain = iser ? Timing{}
-                                  : time_replays(args, num_inputs, stream, flush, flush_bytes,
-                                                 nullptr, run(g_plain, both_work));
-      for (auto& planner : planners) planner.set_programmatic_rewrite(true);
       const Timing t_both = iser ? Timing{}
                                  : time_replays(args, num_inputs, stream, flush, flush_bytes,
                                                 nullptr, run(g_both, both_work));
@@ -377,12 +360,10 @@ int main(int argc, char** argv) {
       }
       all_ok &= ok;
       char both[32] = "-";
-      char plain[32] = "-";
       if (!iser) std::snprintf(both, sizeof(both), "%.2f", t_both.event_us);
-      if (!iser) std::snprintf(plain, sizeof(plain), "%.2f", t_plain.event_us);
-      std::printf("  %4d %7s %14.2f %14.2f %14s %14s %14.2f %14.2f %12.2f %10.1f%s\n", P,
-                  policy.c_str(), t_plan.event_us, t_plan.kernel_us, both, plain, t_count.event_us,
-                  cpu, cpu / t_plan.event_us, static_cast<double>(broadcasts) / num_inputs,
+      std::printf("  %4d %7s %14.2f %14.2f %14s %14.2f %14.2f %12.2f %10.1f%s\n", P, policy.c_str(),
+                  t_plan.event_us, t_plan.kernel_us, both, t_count.event_us, cpu,
+                  cpu / t_plan.event_us, static_cast<double>(broadcasts) / num_inputs,
                   args.check ? (ok ? "  check ok" : "  CHECK FAILED") : "");
       for (const Timing* t : {&t_plan, &t_warm}) {
         std::printf(
@@ -403,23 +384,19 @@ int main(int argc, char** argv) {
           buf, sizeof(buf),
           "%s{\"ep\":%d,\"policy\":\"%s\",\"experts\":%d,\"slots\":%d,\"tokens\":%d,\"top_k\":%d,"
           "\"plan_us\":%.3f,\"plan_kernel_us\":%.3f,\"plan_rewrite_us\":%.3f,"
-          "\"plan_rewrite_plain_us\":%.3f,"
           "\"count_us\":%.3f,\"cpu_plan_us\":%.3f,\"stages_us\":%s,\"coloring_us\":%.3f,"
           "\"plan_warm_us\":%.3f,\"plan_warm_kernel_us\":%.3f,\"warm_stages_us\":%s,"
           "\"check\":%s}",
           json.size() > 1 ? "," : "", P, policy.c_str(), args.experts, args.slots, args.tokens,
-          args.top_k, t_plan.event_us, t_plan.kernel_us, t_both.event_us, t_plain.event_us,
-          t_count.event_us, cpu, stages(t_plan).c_str(), t_warm.event_us, t_warm.kernel_us,
+          args.top_k, t_plan.event_us, t_plan.kernel_us, t_both.event_us, t_count.event_us, cpu,
+          stages(t_plan).c_str(), t_plan.coloring_us, t_warm.event_us, t_warm.kernel_us,
           stages(t_warm).c_str(), args.check ? (ok ? "true" : "false") : "null");
       json += buf;
 
       for (int i = 0; i < num_inputs; ++i) {
         if (args.graph) {
           BENCH_CUDA(cudaGraphExecDestroy(g_plan[i]));
-          if (!iser) {
-            BENCH_CUDA(cudaGraphExecDestroy(g_both[i]));
-            BENCH_CUDA(cudaGraphExecDestroy(g_plain[i]));
-          }
+          if (!iser) BENCH_CUDA(cudaGraphExecDestroy(g_both[i]));
           BENCH_CUDA(cudaGraphExecDestroy(g_count[i]));
         }
         BENCH_CUDA(cudaFree(d_counts[i]));

@@ -166,12 +166,6 @@ class GpuPlanner {
   // nullptr (default) disables it.
   void set_plan_timer(unsigned long long* device_timer);
 
-  // rewrite() / rewrite_all() use programmatic dependent launch (default: on): the rewrite
-  // starts while the kernel before it on the stream (normally plan()) runs, loads its ids, and
-  // reads counts, tile counts and plan only after that kernel has completed. Off: a plain launch
-  // (benchmarks compare the two).
-  void set_programmatic_rewrite(bool enabled);
-
  private:
   struct Impl;
   Impl* impl_ = nullptr;

@@ -207,7 +207,6 @@ struct GpuPlanner::Impl {
   int counted_routes = -1;
   int counted_rows = 0;
   unsigned long long* timer = nullptr;
-  bool programmatic_rewrite = true;
   DeviceArray<int32_t> tile_counts;  // [max_rows][max_tiles][E]
   DeviceArray<uint32_t> tickets;     // [max_rows]
   DeviceArray<uint32_t> error_word;  // [1]
@@ -291,9 +290,6 @@ uint32_t* GpuPlanner::error_word() const {
 void GpuPlanner::set_plan_timer(unsigned long long* device_timer) {
   impl_->timer = device_timer;
 }
-void GpuPlanner::set_programmatic_rewrite(bool enabled) {
-  impl_->programmatic_rewrite = enabled;
-}
 
 void GpuPlanner::clear_errors(CUstream_st* stream) {
   ISER_CUDA_CHECK(cudaMemsetAsync(impl_->error_word.get(), 0, sizeof(uint32_t), stream));
@@ -361,10 +357,10 @@ void GpuPlanner::plan(const int32_t* counts, int32_t* plans, CUstream_st* stream
 
 namespace {
 
-void launch_rewrite_rows(const GpuPlanner& planner, int max_broadcasts, bool programmatic,
-                         const int32_t* tile_counts, uint32_t* error_word, const int32_t* topk_ids,
-                         int num_routes, int first_rank, int num_rows, const int32_t* counts,
-                         const int32_t* plans, int32_t* slot_ids, CUstream_st* stream) {
+void launch_rewrite_rows(const GpuPlanner& planner, int max_broadcasts, const int32_t* tile_counts,
+                         uint32_t* error_word, const int32_t* topk_ids, int num_routes,
+                         int first_rank, int num_rows, const int32_t* counts, const int32_t* plans,
+                         int32_t* slot_ids, CUstream_st* stream) {
   const Topology& topo = planner.topology();
   cuda::RewriteParams p;
   p.topk_ids = topk_ids;
@@ -382,7 +378,6 @@ void launch_rewrite_rows(const GpuPlanner& planner, int max_broadcasts, bool pro
   p.num_experts = topo.num_experts;
   p.num_slots = topo.num_slots;
   p.max_broadcasts = max_broadcasts;
-  p.programmatic = programmatic;
   ISER_CUDA_CHECK(static_cast<cudaError_t>(cuda::launch_rewrite(p, stream)));
 }
 
@@ -407,9 +402,9 @@ void GpuPlanner::rewrite(const int32_t* topk_ids, int num_tokens, int top_k, int
              "GPU rewrite: {} routes of one row, but the last count() saw {} routes x {} rows "
              "(count the same ids first)",
              routes, d.counted_routes, d.counted_rows);
-  launch_rewrite_rows(*this, d.layout.max_broadcasts, d.programmatic_rewrite, d.tile_counts.get(),
-                      d.error_word.get(), topk_ids, static_cast<int>(routes), rank_idx, 1, counts,
-                      plan, slot_ids, stream);
+  launch_rewrite_rows(*this, d.layout.max_broadcasts, d.tile_counts.get(), d.error_word.get(),
+                      topk_ids, static_cast<int>(routes), rank_idx, 1, counts, plan, slot_ids,
+                      stream);
 }
 
 void GpuPlanner::rewrite_all(const int32_t* topk_ids, int num_tokens, int top_k,
@@ -423,9 +418,9 @@ void GpuPlanner::rewrite_all(const int32_t* topk_ids, int num_tokens, int top_k,
              "GPU rewrite_all: {} plans x {} ranks x {} routes, but the last count() saw {} "
              "rows x {} routes (count the same ids first)",
              num_plans, d.topo.num_ranks, routes, d.counted_rows, d.counted_routes);
-  launch_rewrite_rows(*this, d.layout.max_broadcasts, d.programmatic_rewrite, d.tile_counts.get(),
-                      d.error_word.get(), topk_ids, static_cast<int>(routes), 0,
-                      static_cast<int>(rows), counts, plans, slot_ids, stream);
+  launch_rewrite_rows(*this, d.layout.max_broadcasts, d.tile_counts.get(), d.error_word.get(),
+                      topk_ids, static_cast<int>(routes), 0, static_cast<int>(rows), counts, plans,
+                      slot_ids, stream);
 }
 
 }  // namespace iser

@@ -47,7 +47,6 @@ __global__ void __launch_bounds__(PlanConfig::kThreads, 1)
     if (p.timer != nullptr && blockIdx.x == 0 && tid == by) p.timer[slot] = global_timer();
   };
   stamp(0);
-  if (tid == 0) allow_dependent_launch();
 
   State st;
   st.P = p.num_ranks;

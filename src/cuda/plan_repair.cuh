@@ -414,32 +414,65 @@ __device__ __forceinline__ void trade_listed(const int (&c_r)[kListRegs], int (&
   }
 }
 
-// The same from shared memory, for lists longer than kListRegs (out of line: rare).
-__device__ __noinline__ void trade_listed_long(const int32_t* own, int32_t* quota,
-                                               const int32_t* items, int n, int shift_r,
-                                               int shift_d) {
+// One direction of a list longer than kListRegs (rare), on the whole warp: lanes over the items
+// (receiver's index at bit shift_r, donor's at shift_d), warp sums, then the greedy fill with
+// inclusive scans (as trade_listed: item k keeps min(x_k, max(0, delta - sum before k))).
+// Warp-uniform control flow; the items are distinct quota entries, so the lanes' writes are too.
+__device__ __forceinline__ void trade_list_on_warp(const RepairView& st, const int32_t* items,
+                                                   int n, int shift_r, int shift_d, int lane) {
+  auto load = [&](int k, int& er, int& ed, int& pull, int& give) {
+    er = -1;
+    ed = -1;
+    pull = 0;
+    give = 0;
+    if (k >= n) return;
+    er = (items[k] >> shift_r) & 0xffff;
+    ed = (items[k] >> shift_d) & 0xffff;
+    pull = min(max(0, st.own[er] - st.quota[er]), max(0, st.quota[ed] - st.own[ed]));
+    give = max(0, st.quota[er] - st.own[er]);
+  };
   int sum_pull = 0;
   int sum_give = 0;
-  for (int k = 0; k < n; ++k) {
-    const int er = (items[k] >> shift_r) & 0xffff;
-    const int ed = (items[k] >> shift_d) & 0xffff;
-    sum_pull += min(max(0, own[er] - quota[er]), max(0, quota[ed] - own[ed]));
-    sum_give += max(0, quota[er] - own[er]);
+#pragma unroll 1
+  for (int base = 0; base < n; base += 32) {
+    int er, ed, pull, give;
+    load(base + lane, er, ed, pull, give);
+    sum_pull += __reduce_add_sync(PlanConfig::kFullMask, pull);
+    sum_give += __reduce_add_sync(PlanConfig::kFullMask, give);
   }
-  int take_left = min(sum_pull, sum_give);
-  if (take_left <= 0) return;
-  int release_left = take_left;
-  for (int k = 0; k < n; ++k) {
-    const int er = (items[k] >> shift_r) & 0xffff;
-    const int ed = (items[k] >> shift_d) & 0xffff;
-    const int pull = min(max(0, own[er] - quota[er]), max(0, quota[ed] - own[ed]));
-    const int give = max(0, quota[er] - own[er]);
-    const int take = min(pull, take_left);
-    const int release = min(give, release_left);
-    take_left -= take;
-    release_left -= release;
-    quota[er] += take - release;
-    quota[ed] += release - take;
+  const int delta = min(sum_pull, sum_give);
+  if (delta <= 0) return;
+  int pulled = 0;
+  int given = 0;
+#pragma unroll 1
+  for (int base = 0; base < n; base += 32) {
+    int er, ed, pull, give;
+    load(base + lane, er, ed, pull, give);
+    const int pull_incl = warp_inclusive_scan(pull, lane);
+    const int give_incl = warp_inclusive_scan(give, lane);
+    const int take = min(pull, max(0, delta - (pulled + pull_incl - pull)));
+    const int release = min(give, max(0, delta - (given + give_incl - give)));
+    if (er >= 0 && (take != 0 || release != 0)) {
+      st.quota[er] += take - release;
+      st.quota[ed] += release - take;
+    }
+    pulled += __shfl_sync(PlanConfig::kFullMask, pull_incl, 31);
+    given += __shfl_sync(PlanConfig::kFullMask, give_incl, 31);
+  }
+}
+
+// The lanes' pairs with lists longer than kListRegs (`head` per lane, 0 = none), one at a time
+// on the whole warp, both directions (receiver a first).
+__device__ __forceinline__ void trade_long_lists(const RepairView& st, int head, int lane) {
+  unsigned pending = __ballot_sync(PlanConfig::kFullMask, (head >> 16) > kListRegs);
+  while (pending != 0) {
+    const int h = __shfl_sync(PlanConfig::kFullMask, head, __ffs(pending) - 1);
+    pending &= pending - 1;
+    const int32_t* items = st.pair_items + (h & 0xffff);
+    trade_list_on_warp(st, items, h >> 16, 0, 16, lane);  // receiver a, donor d
+    __syncwarp();
+    trade_list_on_warp(st, items, h >> 16, 16, 0, lane);  // receiver d, donor a
+    __syncwarp();
   }
 }
 
@@ -475,14 +508,8 @@ struct PairTrade {
       q_d[k] = on ? st.quota[ed] : 0;
     }
   }
+  // Lists longer than kListRegs hold zeros here (trade_long_lists trades them).
   __device__ __forceinline__ void run(const RepairView& st, const ListedPair& pair) {
-    const int n = pair.head >> 16;
-    if (n > kListRegs) {  // long list: from shared memory
-      const int32_t* items = st.pair_items + (pair.head & 0xffff);
-      trade_listed_long(st.own, st.quota, items, n, 0, 16);
-      trade_listed_long(st.own, st.quota, items, n, 16, 0);
-      return;
-    }
     int q_a0[kListRegs];
 #pragma unroll
     for (int k = 0; k < kListRegs; ++k) q_a0[k] = q_a[k];
@@ -529,6 +556,18 @@ __device__ __forceinline__ void repair_by_levels(const RepairView& st, int deepe
 #pragma unroll
     for (int c = 0; c < K; ++c) trade[c].run(st, cur[c]);
     __syncwarp();
+    bool any_long = false;
+#pragma unroll
+    for (int c = 0; c < K; ++c) any_long |= (cur[c].head >> 16) > kListRegs;
+    if (__any_sync(PlanConfig::kFullMask, any_long)) {  // rare (none on the bench inputs)
+#pragma unroll 1
+      for (int c = 0; c < K; ++c) {
+        int head = 0;
+#pragma unroll
+        for (int j = 0; j < K; ++j) head = j == c ? cur[j].head : head;  // no indexed registers
+        trade_long_lists(st, head, lane);
+      }
+    }
 #pragma unroll
     for (int c = 0; c < K; ++c) cur[c] = next[c];
   }

@@ -18,13 +18,13 @@ struct PlanConfig {
   static constexpr int kRankChunks = (kGpuMaxRanks + 31) / 32;  // ranks per lane, at most
 };
 
+// Words of the stage-4 pair lists (plan_repair.cuh); plans that need more repair by phases.
+inline constexpr int kPairPoolWords = 4096;
+
 // Shared-memory layout of the plan kernel, in int32 words (made on the host, a kernel argument).
 // The arrays of one candidate placement (loads, broadcasts, quotas) form one block of
 // buffer_words words; iser plans up to three candidates in two such blocks (the kept one and the
 // challenger), so a second block follows the first.
-// Words of the stage-4 pair lists (plan_repair.cuh); plans that need more repair by phases.
-inline constexpr int kPairPoolWords = 4096;
-
 struct PlanSmem {
   int hist, candidates, home_load, load, expert_broadcast, b_expert, b_owner, b_level, b_begin,
       b_size, b_helper, b_mode, b_quota_offset, b_link, quota, buffer_words, order, own, left,
@@ -97,16 +97,6 @@ __device__ __forceinline__ unsigned long long global_timer() {
   unsigned long long t;
   asm volatile("mov.u64 %0, %%globaltimer;" : "=l"(t));
   return t;
-}
-
-// Programmatic dependent launch: a kernel launched next on the stream with the programmatic
-// stream serialization attribute (the rewrite, rewrite.cu) may start once every CTA of this one
-// has run this. NOTE: it only overlaps the dependent's prologue; the dependent reads the plan
-// after griddepcontrol.wait, which waits for this whole grid to complete and flush.
-__device__ __forceinline__ void allow_dependent_launch() {
-#if defined(__CUDA_ARCH__) && __CUDA_ARCH__ >= 900
-  asm volatile("griddepcontrol.launch_dependents;" ::: "memory");
-#endif
 }
 
 __device__ __forceinline__ void named_barrier(int id, int num_threads) {

@@ -70,9 +70,6 @@ struct RewriteParams {
   int num_experts = 0;
   int num_slots = 0;
   int max_broadcasts = 0;
-  // Programmatic dependent launch (rewrite.cu): the rewrite may start while the previous kernel
-  // on the stream (the planner) runs, and reads the plan after it completes.
-  bool programmatic = true;
 };
 int rewrite_smem_bytes(const RewriteParams& params);
 int prepare_rewrite_kernel(int smem_bytes);

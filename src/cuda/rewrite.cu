@@ -17,20 +17,9 @@ int prepare_rewrite_kernel(int smem_bytes) {
 }
 
 int launch_rewrite(const RewriteParams& params, CUstream_st* stream) {
-  // Programmatic dependent launch: the rewrite may start while the previous kernel (the
-  // planner, which allows it at its start) runs, loads its ids and waits for the planner's
-  // completion in griddepcontrol.wait before reading the plan (rewrite.cuh). Stream-capturable.
-  cudaLaunchAttribute attribute{};
-  attribute.id = cudaLaunchAttributeProgrammaticStreamSerialization;
-  attribute.val.programmaticStreamSerializationAllowed = 1;
-  cudaLaunchConfig_t config{};
-  config.gridDim = dim3(params.num_tiles, params.num_rows);
-  config.blockDim = dim3(RewriteConfig::kThreads);
-  config.dynamicSmemBytes = static_cast<size_t>(rewrite_smem_bytes(params));
-  config.stream = stream;
-  config.attrs = &attribute;
-  config.numAttrs = params.programmatic ? 1 : 0;
-  return static_cast<int>(cudaLaunchKernelEx(&config, rewrite_kernel, params));
+  const dim3 grid(params.num_tiles, params.num_rows);
+  rewrite_kernel<<<grid, RewriteConfig::kThreads, rewrite_smem_bytes(params), stream>>>(params);
+  return static_cast<int>(cudaGetLastError());
 }
 
 }  // namespace iser::cuda

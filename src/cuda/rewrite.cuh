@@ -59,14 +59,6 @@ __host__ __device__ inline int rewrite_smem_words(int num_experts, int max_broad
          (stages_demand(num_ranks, max_broadcasts) ? num_ranks * max_broadcasts : 0);
 }
 
-// Programmatic dependent launch (launch_rewrite): waits until the previous kernel on the stream
-// (the planner) has completed and its writes are visible; a no-op without the attribute.
-__device__ __forceinline__ void wait_for_previous_kernel() {
-#if defined(__CUDA_ARCH__) && __CUDA_ARCH__ >= 900
-  asm volatile("griddepcontrol.wait;" ::: "memory");
-#endif
-}
-
 // Slot of the ordinal-th route of broadcast b at source rank s (DESIGN §4.5): the residual
 // destinations d < s first, then s itself (diag routes), then d > s.
 __device__ __forceinline__ int broadcast_slot(const BroadcastView& v, const int32_t* demand_end,
@@ -118,10 +110,7 @@ __global__ void __launch_bounds__(RewriteConfig::kThreads) rewrite_kernel(const 
   const int32_t* counts = p.counts + static_cast<int64_t>(plan_idx) * P * E;
   const GpuPlanLayout lay{P, E, S, max_b};
 
-  // The route ids do not depend on the plan: load them first, while the planner still runs
-  // (programmatic dependent launch). NOTE: the ids were counted by count() before the planner
-  // started (the API's stream order), so they are visible here; the counts, tile counts and plan
-  // are read only after the wait (the previous kernel may have written them).
+  // The route ids do not depend on the plan: load them first, beside the plan header.
   const int32_t* ids = p.topk_ids + static_cast<int64_t>(row) * p.num_routes;
   const int base = tile * kRouteTile + warp * RewriteConfig::kWarpRoutes;
   int id[RewriteConfig::kRoutesPerLane];
@@ -130,10 +119,8 @@ __global__ void __launch_bounds__(RewriteConfig::kThreads) rewrite_kernel(const 
     const int idx = base + i * 32 + lane;
     id[i] = idx < p.num_routes ? __ldg(ids + idx) : -1;
   }
-  wait_for_previous_kernel();
   const int plan_status = plan[GpuPlanLayout::kStatus];
-  const int num_broadcasts = plan[GpuPlanLayout::kNumBroadcasts];
-  const int B = plan_status == 0 ? num_broadcasts : 0;
+  const int B = plan_status == 0 ? plan[GpuPlanLayout::kNumBroadcasts] : 0;
   const bool owner_home = (plan[GpuPlanLayout::kFlags] & 1) != 0;
   if (plan_status != 0 && tile == 0 && tid == 0) atomicOr(p.error_word, kGpuPlanNotOk);
 
@@ -148,36 +135,12 @@ __global__ void __launch_bounds__(RewriteConfig::kThreads) rewrite_kernel(const 
                            arrays + 5 * max_b,
                            arrays + 6 * max_b,
                            arrays + 7 * max_b};
-  // NOTE: the expert -> broadcast table and this rank's words of every possible broadcast (max_b
-  // rows; only b < B are used) do not wait for the header: one round of independent loads, then
-  // the counts of the broadcasts' experts. Rows b >= B are in the buffer but stale; they are read
-  // and dropped (never used as an index).
-  for (int e = tid; e < E; e += RewriteConfig::kThreads) {
-    expert_broadcast[e] = plan[lay.expert_broadcast() + e];
+  if (B > 0) {
+    for (int e = tid; e < E; e += RewriteConfig::kThreads) {
+      expert_broadcast[e] = plan[lay.expert_broadcast() + e];
+    }
   }
-  for (int b = tid; b < max_b; b += RewriteConfig::kThreads) {
-    const int32_t* rec = plan + lay.broadcasts() + b * GpuPlanLayout::kBroadcastWords;
-    const int expert = rec[GpuPlanLayout::kExpert];
-    const int owner = rec[GpuPlanLayout::kOwner];
-    const int begin = rec[GpuPlanLayout::kGroupBegin];
-    const int size = rec[GpuPlanLayout::kGroupSize];
-    const int helper = rec[GpuPlanLayout::kHelper];
-    const int q = plan[lay.quotas() + b * P + s];
-    const int supply_begin = plan[lay.supply_begin() + b * P + s];
-    const int before = s > 0 ? plan[lay.demand_end() + b * P + s - 1] : 0;
-    if (b >= B) continue;
-    const int c = counts[s * E + expert];
-    const int diag = min(c, q);
-    view.expert[b] = expert;
-    view.owner[b] = owner;
-    view.begin[b] = begin;
-    view.size[b] = size;
-    view.helper[b] = helper;
-    view.diag[b] = diag;
-    view.low[b] = min(max(before - supply_begin, 0), c - diag);
-    view.supply_begin[b] = supply_begin;
-  }
-  // demand_end rows: staged beside the views (loaded with the counts), or read from the plan.
+  // demand_end rows: staged beside the views (same load depth), or read from the plan.
   const bool staged = stages_demand(P, max_b);
   int32_t* staged_demand = arrays + 8 * max_b;
   const int32_t* demand_end = staged ? staged_demand : plan + lay.demand_end();
@@ -185,6 +148,23 @@ __global__ void __launch_bounds__(RewriteConfig::kThreads) rewrite_kernel(const 
     for (int i = tid; i < B * P; i += RewriteConfig::kThreads) {
       staged_demand[i] = plan[lay.demand_end() + i];
     }
+  }
+  for (int b = tid; b < B; b += RewriteConfig::kThreads) {
+    const int32_t* rec = plan + lay.broadcasts() + b * GpuPlanLayout::kBroadcastWords;
+    const int expert = rec[GpuPlanLayout::kExpert];
+    const int q = plan[lay.quotas() + b * P + s];
+    const int supply_begin = plan[lay.supply_begin() + b * P + s];
+    const int before = s > 0 ? plan[lay.demand_end() + b * P + s - 1] : 0;
+    const int c = counts[s * E + expert];
+    const int diag = min(c, q);
+    view.expert[b] = expert;
+    view.owner[b] = rec[GpuPlanLayout::kOwner];
+    view.begin[b] = rec[GpuPlanLayout::kGroupBegin];
+    view.size[b] = rec[GpuPlanLayout::kGroupSize];
+    view.helper[b] = rec[GpuPlanLayout::kHelper];
+    view.diag[b] = diag;
+    view.low[b] = min(max(before - supply_begin, 0), c - diag);
+    view.supply_begin[b] = supply_begin;
   }
   int32_t* my_counts = warp_counts + warp * max_b;
   for (int b = lane; b < B; b += 32) my_counts[b] = 0;
