@@ -525,34 +525,74 @@ struct PairTrade {
   }
 };
 
-// Stage 4, scheduled path (one warp): the trades level by level, lane l taking the
-// pairs whose receiver a is rank l + 32 c, c < K (K = ceil(P / 32)). Software-pipelined: at
-// level L the quotas of L, the lists of L + 1 and the heads of L + 2 are loaded together (the
-// lists and heads do not change), so a level costs one shared round trip and its arithmetic.
-template <int K>
-__device__ __forceinline__ void repair_by_levels(const RepairView& st, int deepest, int lane) {
-  const int P = st.P;
-  auto head_at = [&](int level, int c) {
-    const int r = lane + 32 * c;
-    return level <= deepest && r < P ? st.level_table[level * P + r] : 0;
-  };
+// The steps of the scheduled trades, as rows of pair heads (0 = none), a slot per pair:
+// LevelRows: the levels, level_table rows indexed by the pair's receiver rank.
+struct LevelRows {
+  const int32_t* table;
+  int width;    // P
+  int row = 0;  // the row head() reads; advance() before the first
+  __device__ __forceinline__ void advance() { ++row; }
+  __device__ __forceinline__ int head(int slot) const {
+    return slot < width ? table[row * width + slot] : 0;
+  }
+};
+
+// PhaseRows: the circle-method phases whose rotation has a listed pair, in the CPU's order (both
+// rounds: the rotations repeat), pair_head rows indexed by the pair's seat w.
+struct PhaseRows {
+  const int32_t* heads;
+  int width;  // num_pairs
+  unsigned bits[3];
+  int row = -1;  // the rotation head() reads; advance() before the first
+  // Next rotation with a listed pair after row, cyclically (bits beyond the ring are 0).
+  __device__ __forceinline__ void advance() {
+    int from = row + 1;
+#pragma unroll 1
+    for (int pass = 0; pass < 2; ++pass, from = 0) {
+#pragma unroll
+      for (int j = 0; j < 3; ++j) {
+        const int lo = 32 * j;
+        if (from >= lo + 32) continue;
+        const unsigned m = from > lo ? bits[j] & (~0u << (from - lo)) : bits[j];
+        if (m != 0) {
+          row = lo + __ffs(m) - 1;
+          return;
+        }
+      }
+    }
+  }
+  __device__ __forceinline__ int head(int slot) const {
+    return slot < width ? heads[row * width + slot] : 0;
+  }
+};
+
+// Stage 4, scheduled trades (one warp): num_steps steps of disjoint pairs, __syncwarp between
+// steps, lane l taking slots l + 32 c, c < K. Software-pipelined: at step i the quotas of i, the
+// lists of i + 1 and the heads of i + 2 are loaded together (lists and heads do not change), so
+// a step costs one shared round trip and its arithmetic.
+template <int K, typename Rows>
+__device__ __forceinline__ void trade_steps(const RepairView& st, Rows rows, int num_steps,
+                                            int lane) {
   ListedPair cur[K];
   int next_head[K];
+  rows.advance();  // step 1
 #pragma unroll
-  for (int c = 0; c < K; ++c) {
-    cur[c].load(st, head_at(1, c));
-    next_head[c] = head_at(2, c);
-  }
+  for (int c = 0; c < K; ++c) cur[c].load(st, num_steps >= 1 ? rows.head(lane + 32 * c) : 0);
+  rows.advance();  // step 2
+#pragma unroll
+  for (int c = 0; c < K; ++c) next_head[c] = num_steps >= 2 ? rows.head(lane + 32 * c) : 0;
 #pragma unroll 1
-  for (int level = 1; level <= deepest; ++level) {
+  for (int step = 1; step <= num_steps; ++step) {
     PairTrade trade[K];
     ListedPair next[K];
 #pragma unroll
     for (int c = 0; c < K; ++c) {
       trade[c].load(st, cur[c]);
       next[c].load(st, next_head[c]);
-      next_head[c] = head_at(level + 2, c);
     }
+    rows.advance();  // step + 2, while the loads above are in flight
+#pragma unroll
+    for (int c = 0; c < K; ++c) next_head[c] = step + 2 <= num_steps ? rows.head(lane + 32 * c) : 0;
 #pragma unroll
     for (int c = 0; c < K; ++c) trade[c].run(st, cur[c]);
     __syncwarp();
@@ -573,9 +613,17 @@ __device__ __forceinline__ void repair_by_levels(const RepairView& st, int deepe
   }
 }
 
-// Stage 4, scheduled path (one warp): levels, then trades. Out of line (its own register
-// allocation, apart from the kernel body's); the arrays come as shared-memory word offsets
-// (RepairView). levels_stamp (optional, profiling) gets the globaltimer after the levels.
+// Up to this P the trades run phase by phase (the rotations with a listed pair) without levels:
+// the level pass costs a step per such phase too, and a level step (~0.23-0.28 us on H200) costs
+// nearly a trade step (~0.29-0.34 us), so levels pay only where they are far fewer than the
+// phases (EP8: 12 phases, 9.4 levels; EP64: 85 phases, 11 levels; device run of 2026-11-30).
+inline constexpr int kPhaseStepMaxRanks = 24;
+static_assert(kPhaseStepMaxRanks <= 64, "the phase path gives each lane one pair slot");
+
+// Stage 4, scheduled path (one warp): levels (P > kPhaseStepMaxRanks), then trades. Out of line
+// (its own register allocation, apart from the kernel body's); the arrays come as shared-memory
+// word offsets (RepairView). levels_stamp (optional, profiling) gets the globaltimer after the
+// levels.
 __device__ __noinline__ void repair_scheduled(int P, int own_at, int quota_at, int pair_head_at,
                                               int pair_items_at, int rank_level_at,
                                               int level_table_at, int scalars_at, int lane,
@@ -589,14 +637,26 @@ __device__ __noinline__ void repair_scheduled(int P, int own_at, int quota_at, i
                         smem + rank_level_at,
                         smem + level_table_at,
                         smem + scalars_at};
+  if (P <= kPhaseStepMaxRanks) {  // num_pairs <= 32: one slot per lane
+    if (levels_stamp != nullptr) *levels_stamp = global_timer();
+    PhaseRows rows{view.pair_head, (P + (P & 1)) / 2, {}};
+    int active = 0;
+#pragma unroll
+    for (int j = 0; j < 3; ++j) {
+      rows.bits[j] = static_cast<unsigned>(view.scalars[kPhaseBitsWord + j]);
+      active += __popc(rows.bits[j]);
+    }
+    trade_steps<1>(view, rows, 2 * active, lane);
+    return;
+  }
   const int deepest = level_pairs(view, lane);
   if (levels_stamp != nullptr) *levels_stamp = global_timer();
   if (P <= 32) {
-    repair_by_levels<1>(view, deepest, lane);
+    trade_steps<1>(view, LevelRows{view.level_table, P}, deepest, lane);
   } else if (P <= 64) {
-    repair_by_levels<2>(view, deepest, lane);
+    trade_steps<2>(view, LevelRows{view.level_table, P}, deepest, lane);
   } else {
-    repair_by_levels<3>(view, deepest, lane);
+    trade_steps<3>(view, LevelRows{view.level_table, P}, deepest, lane);
   }
 }
 
