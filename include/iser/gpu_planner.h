@@ -160,9 +160,9 @@ class GpuPlanner {
 
   // Optional profiling: CTA 0 of plan() writes kGpuPlanTimerSlots device globaltimer values (ns)
   // to this device array: start, after stage 1, after placement, after the repair set-up and
-  // transport modes, after the repair's pair lists, after its levels, after its trades, end,
-  // and the end of the slot coloring (warp 0 colours beside the set-up and repair, which warp 1
-  // stamps).
+  // transport modes, after the repair's pair lists, after its levels (none up to P = 24), after
+  // its trades, end, and the end of the slot coloring (warp 0 colours beside the set-up and
+  // repair, which warp 1 stamps).
   // nullptr (default) disables it.
   void set_plan_timer(unsigned long long* device_timer);
 

@@ -12,8 +12,8 @@
 //                                       ranks per lane); every choice a warp reduction
 //   3 slot coloring (sequential)        warp 0, used helper indices in registers, while
 //   6 transport modes, repair prep      warps 1..: one warp per broadcast (+ host bitsets)
-//   4 quota repair                      warps 1..: pair lists; warp 1: levels, then trades
-//                                       level by level, a lane per pair (plan_repair.cuh)
+//   4 quota repair                      warps 1..: pair lists; warp 1: levels (P > 24), then
+//                                       trades step by step, a lane per pair (plan_repair.cuh)
 //   out plan words + rewrite tables     all threads
 // The broadcasts live in shared memory; quotas are stored compactly (group members, then the
 // owner when it is outside) since Σ_b |G_b| <= P·S.

@@ -6,9 +6,11 @@
 //           set-up loop), then per pair of round 1 the broadcasts both host, as compact quota
 //           index pairs; a pair with fewer than two cannot trade (a pull and a give on one
 //           broadcast exclude each other) and gets no list
-//   levels  one warp, over the rotations that have a listed pair only: each listed pair gets
-//           level 1 + max(levels of its two ranks' previous listed pairs), both rounds
-//   trades  one warp, level by level, a lane per pair, __syncwarp between levels
+//   levels  (P > kPhaseStepMaxRanks) one warp, over the rotations that have a listed pair only:
+//           each listed pair gets level 1 + max(levels of its two ranks' previous listed
+//           pairs), both rounds
+//   trades  one warp, level by level (or, P <= kPhaseStepMaxRanks, phase by phase over the
+//           rotations with a listed pair), a lane per pair, __syncwarp between steps
 // NOTE: why levels give the CPU's result: two pair trades touch a common quota entry only if
 // they share a rank, and a later pair sharing a rank with an earlier one gets a higher level, so
 // every entry sees its trades in the CPU's order; pairs of one level have disjoint ranks. Pairs
@@ -614,9 +616,9 @@ __device__ __forceinline__ void trade_steps(const RepairView& st, Rows rows, int
 }
 
 // Up to this P the trades run phase by phase (the rotations with a listed pair) without levels:
-// the level pass costs a step per such phase too, and a level step (~0.23-0.28 us on H200) costs
-// nearly a trade step (~0.29-0.34 us), so levels pay only where they are far fewer than the
-// phases (EP8: 12 phases, 9.4 levels; EP64: 85 phases, 11 levels; device run of 2026-11-30).
+// the level pass costs a step per such phase too, and a level step (~0.20-0.30 us on H200) costs
+// nearly a trade step (~0.26-0.31 us), so levels pay only where they are far fewer than the
+// phases (EP8: 12 phases, 10 levels; EP64: 85 phases, 12 levels; device run of 2026-11-30).
 inline constexpr int kPhaseStepMaxRanks = 24;
 static_assert(kPhaseStepMaxRanks <= 64, "the phase path gives each lane one pair slot");
 
