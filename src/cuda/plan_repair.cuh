@@ -25,11 +25,49 @@ namespace iser::cuda {
 
 namespace plan_detail {
 
+// One direction of a trade on the whole warp, over num_items items in order: load(k, ir, id,
+// pull, give) gives item k's quota indices (ir < 0: not traded) and what it could pull and give.
+// Warp sums, then the greedy fill with inclusive scans: item k keeps min(x_k, max(0, delta - sum
+// of x before k)) for x = pull and x = give. Warp-uniform control flow; the items are distinct
+// quota entries, so the lanes' writes are too.
+template <typename LoadItem>
+__device__ __forceinline__ void warp_trade(int32_t* quota, int num_items, int lane,
+                                           LoadItem&& load) {
+  int sum_pull = 0;
+  int sum_give = 0;
+#pragma unroll 1
+  for (int base = 0; base < num_items; base += 32) {
+    int ir, id, pull, give;
+    load(base + lane, ir, id, pull, give);
+    sum_pull += __reduce_add_sync(PlanConfig::kFullMask, pull);
+    sum_give += __reduce_add_sync(PlanConfig::kFullMask, give);
+  }
+  const int delta = min(sum_pull, sum_give);
+  if (delta <= 0) return;
+  int pulled = 0;
+  int given = 0;
+#pragma unroll 1
+  for (int base = 0; base < num_items && (pulled < delta || given < delta); base += 32) {
+    int ir, id, pull, give;
+    load(base + lane, ir, id, pull, give);
+    const int pull_incl = warp_inclusive_scan(pull, lane);
+    const int give_incl = warp_inclusive_scan(give, lane);
+    const int take = min(pull, max(0, delta - (pulled + pull_incl - pull)));
+    const int release = min(give, max(0, delta - (given + give_incl - give)));
+    if (ir >= 0 && (take != 0 || release != 0)) {
+      quota[ir] += take - release;
+      quota[id] += release - take;
+    }
+    pulled += __shfl_sync(PlanConfig::kFullMask, pull_incl, 31);
+    given += __shfl_sync(PlanConfig::kFullMask, give_incl, 31);
+  }
+}
+
 // Fallback, one trade (one warp): receiver a takes spare quota of donor d for its own routes and
 // releases as much of its own spare quota to d, over the broadcasts both host, in expert order.
 // General path (B > 32 * kRepairChunks, rare): out of line to keep the kernel's code small.
 __device__ __noinline__ void trade(const State& st, int num_broadcasts, int a, int d, int lane) {
-  auto load_pair = [&](int k, int& ia, int& id, int& pull, int& give) {
+  warp_trade(st.quota, num_broadcasts, lane, [&](int k, int& ia, int& id, int& pull, int& give) {
     ia = -1;
     id = -1;
     pull = 0;
@@ -42,40 +80,9 @@ __device__ __noinline__ void trade(const State& st, int num_broadcasts, int a, i
       ia = -1;
       return;
     }
-    const int ca = st.own[ia];
-    const int qa = st.quota[ia];
-    const int cd = st.own[id];
-    const int qd = st.quota[id];
-    pull = min(max(0, ca - qa), max(0, qd - cd));
-    give = max(0, qa - ca);
-  };
-  int sum_pull = 0;
-  int sum_give = 0;
-  for (int base = 0; base < num_broadcasts; base += 32) {
-    int ia, id, pull, give;
-    load_pair(base + lane, ia, id, pull, give);
-    sum_pull += __reduce_add_sync(PlanConfig::kFullMask, pull);
-    sum_give += __reduce_add_sync(PlanConfig::kFullMask, give);
-  }
-  const int delta = min(sum_pull, sum_give);
-  if (delta <= 0) return;
-  // Greedy fill in order: item i takes min(x_i, max(0, delta - Σ_{j<i} x_j)).
-  int pulled = 0;
-  int given = 0;
-  for (int base = 0; base < num_broadcasts && (pulled < delta || given < delta); base += 32) {
-    int ia, id, pull, give;
-    load_pair(base + lane, ia, id, pull, give);
-    const int pull_incl = warp_inclusive_scan(pull, lane);
-    const int give_incl = warp_inclusive_scan(give, lane);
-    const int take = min(pull, max(0, delta - (pulled + pull_incl - pull)));
-    const int release = min(give, max(0, delta - (given + give_incl - give)));
-    if (ia >= 0 && (take != 0 || release != 0)) {
-      st.quota[ia] += take - release;
-      st.quota[id] += release - take;
-    }
-    pulled += __shfl_sync(PlanConfig::kFullMask, pull_incl, 31);
-    given += __shfl_sync(PlanConfig::kFullMask, give_incl, 31);
-  }
+    pull = min(max(0, st.own[ia] - st.quota[ia]), max(0, st.quota[id] - st.own[id]));
+    give = max(0, st.quota[ia] - st.own[ia]);
+  });
 }
 
 // Fallback register path (B <= 32 * kRepairChunks): lane k of chunk j holds sorted broadcast
@@ -416,13 +423,11 @@ __device__ __forceinline__ void trade_listed(const int (&c_r)[kListRegs], int (&
   }
 }
 
-// One direction of a list longer than kListRegs (rare), on the whole warp: lanes over the items
-// (receiver's index at bit shift_r, donor's at shift_d), warp sums, then the greedy fill with
-// inclusive scans (as trade_listed: item k keeps min(x_k, max(0, delta - sum before k))).
-// Warp-uniform control flow; the items are distinct quota entries, so the lanes' writes are too.
+// One direction of a list longer than kListRegs (rare), on the whole warp (warp_trade): the
+// receiver's quota index at bit shift_r of each item, the donor's at shift_d.
 __device__ __forceinline__ void trade_list_on_warp(const RepairView& st, const int32_t* items,
                                                    int n, int shift_r, int shift_d, int lane) {
-  auto load = [&](int k, int& er, int& ed, int& pull, int& give) {
+  warp_trade(st.quota, n, lane, [&](int k, int& er, int& ed, int& pull, int& give) {
     er = -1;
     ed = -1;
     pull = 0;
@@ -432,35 +437,7 @@ __device__ __forceinline__ void trade_list_on_warp(const RepairView& st, const i
     ed = (items[k] >> shift_d) & 0xffff;
     pull = min(max(0, st.own[er] - st.quota[er]), max(0, st.quota[ed] - st.own[ed]));
     give = max(0, st.quota[er] - st.own[er]);
-  };
-  int sum_pull = 0;
-  int sum_give = 0;
-#pragma unroll 1
-  for (int base = 0; base < n; base += 32) {
-    int er, ed, pull, give;
-    load(base + lane, er, ed, pull, give);
-    sum_pull += __reduce_add_sync(PlanConfig::kFullMask, pull);
-    sum_give += __reduce_add_sync(PlanConfig::kFullMask, give);
-  }
-  const int delta = min(sum_pull, sum_give);
-  if (delta <= 0) return;
-  int pulled = 0;
-  int given = 0;
-#pragma unroll 1
-  for (int base = 0; base < n; base += 32) {
-    int er, ed, pull, give;
-    load(base + lane, er, ed, pull, give);
-    const int pull_incl = warp_inclusive_scan(pull, lane);
-    const int give_incl = warp_inclusive_scan(give, lane);
-    const int take = min(pull, max(0, delta - (pulled + pull_incl - pull)));
-    const int release = min(give, max(0, delta - (given + give_incl - give)));
-    if (er >= 0 && (take != 0 || release != 0)) {
-      st.quota[er] += take - release;
-      st.quota[ed] += release - take;
-    }
-    pulled += __shfl_sync(PlanConfig::kFullMask, pull_incl, 31);
-    given += __shfl_sync(PlanConfig::kFullMask, give_incl, 31);
-  }
+  });
 }
 
 // The lanes' pairs with lists longer than kListRegs (`head` per lane, 0 = none), one at a time
