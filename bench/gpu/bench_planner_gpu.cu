@@ -131,16 +131,23 @@ double median(std::vector<double> v) {
 
 // One timed configuration: `enqueue(i)` puts input i's work on the stream. Returns event medians
 // (us) and, when timer != nullptr, the median in-kernel span of the planner (us).
+// Stamps 0 .. kStages are consecutive stage boundaries (GpuPlanner::set_plan_timer); the last
+// stamp is the end of the coloring.
+inline constexpr int kStages = 7;
+
 struct Timing {
   double event_us = 0;
   double kernel_us = 0;
-  double stage_us[iser::kGpuPlanTimerSlots - 1] = {};  // stage 1, place, prep, repair, out
+  // stage 1, placement, repair set-up, pair lists, levels, trades, output
+  double stage_us[kStages] = {};
+  double coloring_us = 0;  // placement end -> coloring end (warp 0, beside set-up and repair)
 };
 
 template <typename Enqueue>
 Timing time_replays(const Args& args, int num_inputs, cudaStream_t stream, void* flush,
                     size_t flush_bytes, unsigned long long* timer, Enqueue&& enqueue) {
   constexpr int kSlots = iser::kGpuPlanTimerSlots;
+  static_assert(kStages + 2 == kSlots);
   const int total = args.warmup + args.iters;
   std::vector<cudaEvent_t> start(total), stop(total);
   for (int j = 0; j < total; ++j) {
@@ -160,15 +167,16 @@ Timing time_replays(const Args& args, int num_inputs, cudaStream_t stream, void*
     }
   }
   BENCH_CUDA(cudaStreamSynchronize(stream));
-  std::vector<double> ev, kern, stage[kSlots - 1];
+  std::vector<double> ev, kern, coloring, stage[kStages];
   for (int j = args.warmup; j < total; ++j) {
     float ms = 0;
     BENCH_CUDA(cudaEventElapsedTime(&ms, start[j], stop[j]));
     ev.push_back(ms * 1e3);
     if (timer != nullptr) {
       const unsigned long long* t = spans + kSlots * j;
-      kern.push_back((t[kSlots - 1] - t[0]) * 1e-3);
-      for (int k = 0; k + 1 < kSlots; ++k) stage[k].push_back((t[k + 1] - t[k]) * 1e-3);
+      kern.push_back((t[kStages] - t[0]) * 1e-3);
+      for (int k = 0; k < kStages; ++k) stage[k].push_back((t[k + 1] - t[k]) * 1e-3);
+      coloring.push_back((t[kStages + 1] - t[2]) * 1e-3);
     }
   }
   for (int j = 0; j < total; ++j) {
@@ -177,7 +185,8 @@ Timing time_replays(const Args& args, int num_inputs, cudaStream_t stream, void*
   }
   BENCH_CUDA(cudaFreeHost(spans));
   Timing timing{median(ev), median(kern), {}};
-  for (int k = 0; k + 1 < kSlots; ++k) timing.stage_us[k] = median(stage[k]);
+  for (int k = 0; k < kStages; ++k) timing.stage_us[k] = median(stage[k]);
+  if (timer != nullptr) timing.coloring_us = median(coloring);
   return timing;
 }
 
@@ -359,25 +368,29 @@ int main(int argc, char** argv) {
       for (const Timing* t : {&t_plan, &t_warm}) {
         std::printf(
             "       %s: plan %.2f us (in-kernel %.2f): hist+candidates %.2f, placement %.2f, "
-            "repair set-up+modes %.2f, repair %.2f (coloring: beside these two for P <= 30, "
-            "in the set-up for P > 30), output %.2f\n",
+            "repair set-up+modes %.2f, repair: pair lists %.2f, levels %.2f, trades %.2f, "
+            "output %.2f; coloring (beside set-up and repair) ends %.2f after placement\n",
             t == &t_plan ? "L2 flushed" : "L2 warm   ", t->event_us, t->kernel_us, t->stage_us[0],
-            t->stage_us[1], t->stage_us[2], t->stage_us[3], t->stage_us[4]);
+            t->stage_us[1], t->stage_us[2], t->stage_us[3], t->stage_us[4], t->stage_us[5],
+            t->stage_us[6], t->coloring_us);
       }
+      auto stages = [](const Timing& t) {
+        std::string list;
+        for (double v : t.stage_us) list += (list.empty() ? "" : ",") + std::to_string(v);
+        return "[" + list + "]";
+      };
       char buf[1024];
       std::snprintf(
           buf, sizeof(buf),
           "%s{\"ep\":%d,\"policy\":\"%s\",\"experts\":%d,\"slots\":%d,\"tokens\":%d,\"top_k\":%d,"
           "\"plan_us\":%.3f,\"plan_kernel_us\":%.3f,\"plan_rewrite_us\":%.3f,"
-          "\"count_us\":%.3f,\"cpu_plan_us\":%.3f,\"stages_us\":[%.3f,%.3f,%.3f,%.3f,%.3f],"
-          "\"plan_warm_us\":%.3f,\"plan_warm_kernel_us\":%.3f,"
-          "\"warm_stages_us\":[%.3f,%.3f,%.3f,%.3f,%.3f],\"check\":%s}",
+          "\"count_us\":%.3f,\"cpu_plan_us\":%.3f,\"stages_us\":%s,\"coloring_us\":%.3f,"
+          "\"plan_warm_us\":%.3f,\"plan_warm_kernel_us\":%.3f,\"warm_stages_us\":%s,"
+          "\"check\":%s}",
           json.size() > 1 ? "," : "", P, policy.c_str(), args.experts, args.slots, args.tokens,
           args.top_k, t_plan.event_us, t_plan.kernel_us, t_both.event_us, t_count.event_us, cpu,
-          t_plan.stage_us[0], t_plan.stage_us[1], t_plan.stage_us[2], t_plan.stage_us[3],
-          t_plan.stage_us[4], t_warm.event_us, t_warm.kernel_us, t_warm.stage_us[0],
-          t_warm.stage_us[1], t_warm.stage_us[2], t_warm.stage_us[3], t_warm.stage_us[4],
-          args.check ? (ok ? "true" : "false") : "null");
+          stages(t_plan).c_str(), t_plan.coloring_us, t_warm.event_us, t_warm.kernel_us,
+          stages(t_warm).c_str(), args.check ? (ok ? "true" : "false") : "null");
       json += buf;
 
       for (int i = 0; i < num_inputs; ++i) {

@@ -28,7 +28,7 @@ inline constexpr int kGpuMaxRanks = 72;
 inline constexpr int kGpuMaxExperts = 1024;
 inline constexpr int kGpuMaxSlots = 16;
 inline constexpr int kGpuMaxRoutesPerRank = 262144;  // tau * k per rank
-inline constexpr int kGpuPlanTimerSlots = 6;
+inline constexpr int kGpuPlanTimerSlots = 9;
 
 // Status bits (device words; 0 = success).
 enum GpuStatus : uint32_t {
@@ -160,8 +160,9 @@ class GpuPlanner {
 
   // Optional profiling: CTA 0 of plan() writes kGpuPlanTimerSlots device globaltimer values (ns)
   // to this device array: start, after stage 1, after placement, after the repair set-up and
-  // transport modes, after repair, end. For P <= 30 warp 0 colours the slots beside the set-up
-  // and repair (stamped by warp 1); for P > 30 coloring comes first and counts in the set-up.
+  // transport modes, after the repair's pair lists, after its levels (none up to P = 24), after
+  // its trades, end, and the end of the slot coloring (warp 0 colours beside the set-up and
+  // repair, which warp 1 stamps).
   // nullptr (default) disables it.
   void set_plan_timer(unsigned long long* device_timer);
 

@@ -22,16 +22,23 @@ int plan_smem_bytes(const PlanParams& params) {
 }
 
 int prepare_plan_kernel(int smem_bytes) {
-  return static_cast<int>(
-      cudaFuncSetAttribute(plan_kernel, cudaFuncAttributeMaxDynamicSharedMemorySize, smem_bytes));
+  const cudaError_t e = cudaFuncSetAttribute(
+      plan_kernel<false>, cudaFuncAttributeMaxDynamicSharedMemorySize, smem_bytes);
+  if (e != cudaSuccess) return static_cast<int>(e);
+  return static_cast<int>(cudaFuncSetAttribute(
+      plan_kernel<true>, cudaFuncAttributeMaxDynamicSharedMemorySize, smem_bytes));
 }
 
 int launch_plan(const PlanParams& params, CUstream_st* stream) {
   // The layout travels as a kernel argument: computed on the device it would be the first
   // few hundred instructions every thread fetches cold.
   const PlanSmem lay = plan_smem_layout(params);
-  plan_kernel<<<params.num_plans, PlanConfig::kThreads, sizeof(int32_t) * lay.total, stream>>>(
-      params, lay);
+  const size_t smem = sizeof(int32_t) * lay.total;
+  if (params.iser) {
+    plan_kernel<true><<<params.num_plans, PlanConfig::kThreads, smem, stream>>>(params, lay);
+  } else {
+    plan_kernel<false><<<params.num_plans, PlanConfig::kThreads, smem, stream>>>(params, lay);
+  }
   return static_cast<int>(cudaGetLastError());
 }
 

@@ -10,11 +10,10 @@
 //                                       warp-argmax rounds
 //   2 placement (sequential passes)     warp 0, per-rank state in registers (P <= 72: <= 3
 //                                       ranks per lane); every choice a warp reduction
-//   3 slot coloring (sequential)        warp 0, used helper indices in registers, while (P <=
-//                                       30; first, for P > 30)
-//   6 transport modes, repair prep      warps 1.. (all, P > 30): one warp per broadcast, then
-//   4 quota repair                      one of them per circle-method pair, a named barrier
-//                                       per phase; each lane holds <= 3 sorted broadcasts
+//   3 slot coloring (sequential)        warp 0, used helper indices in registers, while
+//   6 transport modes, repair prep      warps 1..: one warp per broadcast (+ host bitsets)
+//   4 quota repair                      warps 1..: pair lists; warp 1: levels (P > 24), then
+//                                       trades step by step, a lane per pair (plan_repair.cuh)
 //   out plan words + rewrite tables     all threads
 // The broadcasts live in shared memory; quotas are stored compactly (group members, then the
 // owner when it is outside) since Σ_b |G_b| <= P·S.
@@ -26,10 +25,14 @@
 
 #include "cuda/plan_iser.cuh"
 #include "cuda/plan_place.cuh"
+#include "cuda/plan_repair.cuh"
 #include "cuda/plan_stages.cuh"
 
 namespace iser::cuda {
 
+// kIser == p.iser: one instantiation per policy family, so the HALO-Q kernel carries none of
+// iser's placement code (smaller text: fewer cold instruction fetches after an L2 flush).
+template <bool kIser>
 __global__ void __launch_bounds__(PlanConfig::kThreads, 1)
     plan_kernel(const PlanParams p, const PlanSmem lay) {
   using namespace plan_detail;
@@ -38,8 +41,8 @@ __global__ void __launch_bounds__(PlanConfig::kThreads, 1)
   const int lane = tid & 31;
   const int warp = tid >> 5;
   // Optional stage timestamps of CTA 0 (kGpuPlanTimerSlots globaltimer values).
-  // Stamps by thread `by` of CTA 0: thread 0 for the serial stages; the repair set-up and the
-  // repair by the first repair warp (warp 1 when warp 0 colours beside them).
+  // Stamps by thread `by` of CTA 0: thread 0 for the serial stages; the repair set-up, pair
+  // lists, levels and trades by warp 1 (warp 0 colours beside them).
   auto stamp = [&](int slot, int by = 0) {
     if (p.timer != nullptr && blockIdx.x == 0 && tid == by) p.timer[slot] = global_timer();
   };
@@ -75,6 +78,11 @@ __global__ void __launch_bounds__(PlanConfig::kThreads, 1)
   st.quota = smem + lay.quota;
   st.own = smem + lay.own;
   st.scalars = smem + lay.scalars;
+  st.host_bits = reinterpret_cast<uint32_t*>(smem + lay.host_bits);
+  st.rank_level = smem + lay.rank_level;
+  st.pair_head = smem + lay.pair_head;
+  st.pair_items = smem + lay.pair_items;
+  st.level_table = smem + lay.level_table;
 
   const int P = st.P;
   const int E = st.E;
@@ -91,6 +99,11 @@ __global__ void __launch_bounds__(PlanConfig::kThreads, 1)
   for (int e = tid; e < E; e += PlanConfig::kThreads) {
     st.hist[e] = 0;
     st.expert_broadcast[e] = -1;
+  }
+  // Stage 4's zeroed arrays (16-byte aligned, a multiple of 4 words).
+#pragma unroll 1
+  for (int i = lay.host_bits / 4 + tid; i < lay.zero_end / 4; i += PlanConfig::kThreads) {
+    reinterpret_cast<int4*>(smem)[i] = make_int4(0, 0, 0, 0);
   }
   __syncthreads();
   // hist: column sums in registers. Thread t sums vector column t % cols over the rows
@@ -183,7 +196,11 @@ __global__ void __launch_bounds__(PlanConfig::kThreads, 1)
   if (warp == 0) {
     int num_broadcasts = 0;
     if (st.scalars[kStatusWord] == 0) {
-      num_broadcasts = p.iser ? place_iser(st, p, T, lane) : place_halo_q(st, p, T, lane);
+      if constexpr (kIser) {
+        num_broadcasts = place_iser(st, p, T, lane);
+      } else {
+        num_broadcasts = place_halo_q(st, p, T, lane);
+      }
     }
     if (lane == 0) st.scalars[kNumBroadcastsWord] = num_broadcasts;
   }
@@ -194,20 +211,14 @@ __global__ void __launch_bounds__(PlanConfig::kThreads, 1)
   // ---- stage 3, slot coloring, on warp 0; beside it on warps 1.. the repair set-up, transport
   // modes (stage 6) and quota repair (stage 4). NOTE: coloring writes only b_helper and the
   // status word, which the repair never reads; both are read after the block barrier below.
-  // With more circle-method pairs than the 15 side warps (P > 30), a side warp would run two
-  // or three pairs per phase: there warp 0 colours first and all 16 warps repair.
-  const bool beside = (P + (P & 1)) / 2 < PlanConfig::kWarps;
-  if (!beside) {
-    if (warp == 0) color(st, B, lane);
-    __syncthreads();
-  }
-  const int first_warp = beside ? 1 : 0;
-  const int num_side_warps = PlanConfig::kWarps - first_warp;
-  if (beside && warp == 0) {
+  constexpr int first_warp = 1;
+  constexpr int num_side_warps = PlanConfig::kWarps - first_warp;
+  if (warp == 0) {
     color(st, B, lane);
+    stamp(8);
   } else {
     const int side_warp = warp - first_warp;
-    if (p.iser) {  // left[] now sums each expert's quotas over its broadcasts (output check)
+    if (kIser) {  // left[] now sums each expert's quotas over its broadcasts (output check)
 #pragma unroll 1
       for (int e = tid - 32 * first_warp; e < E; e += num_side_warps * 32) st.left[e] = 0;
     }
@@ -244,6 +255,12 @@ __global__ void __launch_bounds__(PlanConfig::kThreads, 1)
                  (level2 < level || (level2 == level && b2 < b));
       }
       rank = __reduce_add_sync(PlanConfig::kFullMask, rank);
+      const int words = (B + 31) / 32;  // host bits for stage 4 (plan_repair.cuh)
+#pragma unroll 1
+      for (int i = lane; i < entries; i += 32) {
+        const int r = i < size ? begin + i : owner;
+        atomicOr(&st.host_bits[r * words + rank / 32], 1u << (rank % 32));
+      }
       const bool pure = !__any_sync(PlanConfig::kFullMask, impure);
       const bool coarsest = !__any_sync(PlanConfig::kFullMask, finer);
       if (lane == 0) {
@@ -254,8 +271,26 @@ __global__ void __launch_bounds__(PlanConfig::kThreads, 1)
     }
     named_barrier(2, num_side_warps * 32);
     stamp(3, 32 * first_warp);
-    if (B >= 2) repair(st, B, side_warp, num_side_warps, lane);
-    stamp(4, 32 * first_warp);
+    if (B >= 2) {
+      build_pair_lists(st, B, tid - 32 * first_warp, num_side_warps * 32);
+      named_barrier(2, num_side_warps * 32);
+      stamp(4, 32 * first_warp);
+      if (st.scalars[kPoolTopWord] <= kPairPoolWords) {
+        if (side_warp == 0) {
+          const bool stamps = p.timer != nullptr && blockIdx.x == 0 && lane == 0;
+          repair_scheduled(P, static_cast<int>(st.own - smem), static_cast<int>(st.quota - smem),
+                           lay.pair_head, lay.pair_items, lay.rank_level, lay.level_table,
+                           lay.scalars, lane, stamps ? p.timer + 5 : nullptr);
+        }
+      } else {
+        stamp(5, 32 * first_warp);
+        repair_by_phases(st, B, side_warp, num_side_warps, lane);
+      }
+    } else {
+      stamp(4, 32 * first_warp);
+      stamp(5, 32 * first_warp);
+    }
+    stamp(6, 32 * first_warp);
   }
   __syncthreads();
 
@@ -294,14 +329,14 @@ __global__ void __launch_bounds__(PlanConfig::kThreads, 1)
       quota_sum += __reduce_add_sync(PlanConfig::kFullMask, q);
     }
     // iser may broadcast an expert more than once: its quotas sum to hist over all of them.
-    broken = __any_sync(PlanConfig::kFullMask, broken) || (!p.iser && quota_sum != st.hist[expert]);
-    if (p.iser && lane == 0) atomicAdd(&st.left[expert], quota_sum);
+    broken = __any_sync(PlanConfig::kFullMask, broken) || (!kIser && quota_sum != st.hist[expert]);
+    if (kIser && lane == 0) atomicAdd(&st.left[expert], quota_sum);
     if (broken && lane == 0) {
       atomicOr(reinterpret_cast<unsigned*>(&st.scalars[kStatusWord]), kGpuPlanInvariant);
     }
   }
   __syncthreads();
-  if (p.iser) {
+  if (kIser) {
 #pragma unroll 1
     for (int e = tid; e < E; e += PlanConfig::kThreads) {
       if (st.expert_broadcast[e] >= 0 && st.left[e] != st.hist[e]) {
@@ -316,7 +351,7 @@ __global__ void __launch_bounds__(PlanConfig::kThreads, 1)
     plan[GpuPlanLayout::kStatus] = status;
     plan[GpuPlanLayout::kTarget] = T;
     plan[GpuPlanLayout::kNumBroadcasts] = num_out;
-    plan[GpuPlanLayout::kFlags] = p.owner_home || p.iser ? 1 : 0;
+    plan[GpuPlanLayout::kFlags] = p.owner_home || kIser ? 1 : 0;
     plan[GpuPlanLayout::kNumRanks] = P;
     plan[GpuPlanLayout::kNumExperts] = E;
     plan[GpuPlanLayout::kNumSlots] = st.S;
@@ -341,7 +376,7 @@ __global__ void __launch_bounds__(PlanConfig::kThreads, 1)
   }
   if (blockIdx.x == 0 && p.timer != nullptr) {  // CTA-uniform: the barrier is safe
     __syncthreads();
-    stamp(5);
+    stamp(7);
   }
 }
 

@@ -1,0 +1,644 @@
+// Stage 4 of the planner kernel (plan.cuh): quota repair (DESIGN §4.4, src/core/planner/
+// repair.cpp), 2 rounds x (seats - 1) circle-method phases of pair trades, exactly the CPU's.
+//
+// Scheduled path (every plan whose pair lists fit kPairPoolWords):
+//   lists   all side warps: per rank a bitset of the sorted broadcasts it hosts (built in the
+//           set-up loop), then per pair of round 1 the broadcasts both host, as compact quota
+//           index pairs; a pair with fewer than two cannot trade (a pull and a give on one
+//           broadcast exclude each other) and gets no list
+//   levels  (P > kPhaseStepMaxRanks) one warp, over the rotations that have a listed pair only:
+//           each listed pair gets level 1 + max(levels of its two ranks' previous listed
+//           pairs), both rounds
+//   trades  one warp, level by level (or, P <= kPhaseStepMaxRanks, phase by phase over the
+//           rotations with a listed pair), a lane per pair, __syncwarp between steps
+// NOTE: why levels give the CPU's result: two pair trades touch a common quota entry only if
+// they share a rank, and a later pair sharing a rank with an earlier one gets a higher level, so
+// every entry sees its trades in the CPU's order; pairs of one level have disjoint ranks. Pairs
+// without a list change nothing, wherever they run. On the bench inputs the levels are 10-14
+// deep at EP8-64 where the phases are 14-126 (rotations with a listed pair: 12-85).
+// Fallback (pair lists overflow): phase by phase, one warp per pair, a named barrier per phase.
+#pragma once
+
+#include "cuda/plan_stages.cuh"
+
+namespace iser::cuda {
+
+namespace plan_detail {
+
+// One direction of a trade on the whole warp, over num_items items in order: load(k, ir, id,
+// pull, give) gives item k's quota indices (ir < 0: not traded) and what it could pull and give.
+// Warp sums, then the greedy fill with inclusive scans: item k keeps min(x_k, max(0, delta - sum
+// of x before k)) for x = pull and x = give. Warp-uniform control flow; the items are distinct
+// quota entries, so the lanes' writes are too.
+template <typename LoadItem>
+__device__ __forceinline__ void warp_trade(int32_t* quota, int num_items, int lane,
+                                           LoadItem&& load) {
+  int sum_pull = 0;
+  int sum_give = 0;
+#pragma unroll 1
+  for (int base = 0; base < num_items; base += 32) {
+    int ir, id, pull, give;
+    load(base + lane, ir, id, pull, give);
+    sum_pull += __reduce_add_sync(PlanConfig::kFullMask, pull);
+    sum_give += __reduce_add_sync(PlanConfig::kFullMask, give);
+  }
+  const int delta = min(sum_pull, sum_give);
+  if (delta <= 0) return;
+  int pulled = 0;
+  int given = 0;
+#pragma unroll 1
+  for (int base = 0; base < num_items && (pulled < delta || given < delta); base += 32) {
+    int ir, id, pull, give;
+    load(base + lane, ir, id, pull, give);
+    const int pull_incl = warp_inclusive_scan(pull, lane);
+    const int give_incl = warp_inclusive_scan(give, lane);
+    const int take = min(pull, max(0, delta - (pulled + pull_incl - pull)));
+    const int release = min(give, max(0, delta - (given + give_incl - give)));
+    if (ir >= 0 && (take != 0 || release != 0)) {
+      quota[ir] += take - release;
+      quota[id] += release - take;
+    }
+    pulled += __shfl_sync(PlanConfig::kFullMask, pull_incl, 31);
+    given += __shfl_sync(PlanConfig::kFullMask, give_incl, 31);
+  }
+}
+
+// Fallback, one trade (one warp): receiver a takes spare quota of donor d for its own routes and
+// releases as much of its own spare quota to d, over the broadcasts both host, in expert order.
+// General path (B > 32 * kRepairChunks, rare): out of line to keep the kernel's code small.
+__device__ __noinline__ void trade(const State& st, int num_broadcasts, int a, int d, int lane) {
+  warp_trade(st.quota, num_broadcasts, lane, [&](int k, int& ia, int& id, int& pull, int& give) {
+    ia = -1;
+    id = -1;
+    pull = 0;
+    give = 0;
+    if (k >= num_broadcasts) return;
+    const int b = st.order[k];
+    ia = st.host_index(b, a);
+    id = st.host_index(b, d);
+    if (ia < 0 || id < 0) {
+      ia = -1;
+      return;
+    }
+    pull = min(max(0, st.own[ia] - st.quota[ia]), max(0, st.quota[id] - st.own[id]));
+    give = max(0, st.quota[ia] - st.own[ia]);
+  });
+}
+
+// Fallback register path (B <= 32 * kRepairChunks): lane k of chunk j holds sorted broadcast
+// 32 j + k's group, owner and quota offset for the whole repair, so a pair costs four shared
+// loads per held broadcast and both directions run on registers.
+inline constexpr int kRepairChunks = 3;
+
+struct SortedLane {
+  int begin = 0;
+  int size = 0;
+  int owner = -1;
+  int offset = 0;
+  bool valid = false;
+
+  __device__ __forceinline__ int host_index(int r) const {
+    if (!valid) return -1;
+    if (r >= begin && r < begin + size) return offset + r - begin;
+    return r == owner ? offset + size : -1;
+  }
+};
+
+// One direction: the receiver (own routes c_r, quota q_r) trades with the donor (c_d, q_d) over
+// K chunks of sorted broadcasts (chunk 0's lanes, then chunk 1's, ...). Items that are not
+// shared broadcasts hold zeros, so they neither pull nor give. Greedy fill in sorted order: item
+// i keeps min(x_i, max(0, delta - Σ_{j<i} x_j)) for x = pull and x = give; a side whose total is
+// delta keeps every item under that formula, so both sides use it without a branch, and their
+// 2K scans are independent (interleaved: one scan's latency, not 2K).
+template <int K>
+__device__ __forceinline__ void trade_one_way(const int (&c_r)[K], int (&q_r)[K],
+                                              const int (&c_d)[K], int (&q_d)[K], int num_items,
+                                              int lane) {
+  int pull[K];
+  int give[K];
+  int my_pull = 0;
+  int my_give = 0;
+#pragma unroll
+  for (int k = 0; k < K; ++k) {
+    pull[k] = min(max(0, c_r[k] - q_r[k]), max(0, q_d[k] - c_d[k]));
+    give[k] = max(0, q_r[k] - c_r[k]);
+    my_pull += pull[k];
+    my_give += give[k];
+  }
+  const int sum_pull = __reduce_add_sync(PlanConfig::kFullMask, my_pull);
+  const int sum_give = __reduce_add_sync(PlanConfig::kFullMask, my_give);
+  const int delta = min(sum_pull, sum_give);
+  if (delta <= 0) return;
+  if (delta < sum_pull || delta < sum_give) {  // otherwise both sides are taken whole
+    int pull_incl[K];
+    int give_incl[K];
+#pragma unroll
+    for (int k = 0; k < K; ++k) {
+      pull_incl[k] = pull[k];
+      give_incl[k] = give[k];
+    }
+#pragma unroll
+    for (int d = 1; d < 32; d <<= 1) {
+      if (K == 1 && d >= num_items) break;  // items sit in lanes [0, num_items)
+#pragma unroll
+      for (int k = 0; k < K; ++k) {
+        const int np = __shfl_up_sync(PlanConfig::kFullMask, pull_incl[k], d);
+        const int ng = __shfl_up_sync(PlanConfig::kFullMask, give_incl[k], d);
+        if (lane >= d) {
+          pull_incl[k] += np;
+          give_incl[k] += ng;
+        }
+      }
+    }
+    int pull_carry = 0;
+    int give_carry = 0;
+#pragma unroll
+    for (int k = 0; k < K; ++k) {
+      const int pull_before = pull_carry + pull_incl[k] - pull[k];
+      const int give_before = give_carry + give_incl[k] - give[k];
+      if (k + 1 < K) {
+        pull_carry += __shfl_sync(PlanConfig::kFullMask, pull_incl[k], 31);
+        give_carry += __shfl_sync(PlanConfig::kFullMask, give_incl[k], 31);
+      }
+      pull[k] = min(pull[k], max(0, delta - pull_before));
+      give[k] = min(give[k], max(0, delta - give_before));
+    }
+  }
+#pragma unroll
+  for (int k = 0; k < K; ++k) {
+    q_r[k] += pull[k] - give[k];
+    q_d[k] += give[k] - pull[k];
+  }
+}
+
+// Both directions of one pair over the first K chunks of the lane's sorted broadcasts.
+template <int K>
+__device__ __forceinline__ void trade_pair_registers(const State& st,
+                                                     const SortedLane (&lanes)[kRepairChunks],
+                                                     int num_broadcasts, int a, int d, int lane) {
+  static_assert(K <= kRepairChunks);
+  int ia[K], id[K];
+  int ca[K], qa[K], cd[K], qd[K];
+  bool any = false;
+#pragma unroll
+  for (int k = 0; k < K; ++k) {
+    ia[k] = lanes[k].host_index(a);
+    id[k] = lanes[k].host_index(d);
+    if (id[k] < 0) ia[k] = -1;
+    any |= ia[k] >= 0;
+  }
+  if (!__any_sync(PlanConfig::kFullMask, any)) return;  // the pair shares no broadcast
+#pragma unroll
+  for (int k = 0; k < K; ++k) {
+    const bool shared = ia[k] >= 0;
+    ca[k] = shared ? st.own[ia[k]] : 0;
+    qa[k] = shared ? st.quota[ia[k]] : 0;
+    cd[k] = shared ? st.own[id[k]] : 0;
+    qd[k] = shared ? st.quota[id[k]] : 0;
+  }
+  int qa0[K];
+#pragma unroll
+  for (int k = 0; k < K; ++k) qa0[k] = qa[k];
+  trade_one_way(ca, qa, cd, qd, num_broadcasts, lane);  // receiver a, donor d
+  trade_one_way(cd, qd, ca, qa, num_broadcasts, lane);  // receiver d, donor a
+#pragma unroll
+  for (int k = 0; k < K; ++k) {
+    if (ia[k] >= 0 && qa[k] != qa0[k]) {  // a pair's quotas change together (sum is kept)
+      st.quota[ia[k]] = qa[k];
+      st.quota[id[k]] = qd[k];
+    }
+  }
+}
+
+// Fallback: quota repair phase by phase on side warps 0 .. repair_warps - 1 of
+// num_side_warps (the CTA's warps 1 .., beside warp 0's coloring): one warp per pair of a phase
+// (the pairs of a phase are disjoint), the repair warps meet at named barrier 1 after every
+// phase.
+__device__ __forceinline__ void repair_by_phases(const State& st, int B, int side_warp,
+                                                 int num_side_warps, int lane) {
+  const int P = st.P;
+  const int seats = P + (P & 1);  // odd P: seat P is the bye
+  const int ring_size = seats - 1;
+  const int num_pairs = seats / 2;
+  const int repair_warps = min(num_pairs, num_side_warps);
+  if (side_warp >= repair_warps) return;
+  const int chunks = (B + 31) / 32;
+  const bool in_registers = chunks <= kRepairChunks;
+  SortedLane lanes[kRepairChunks];
+#pragma unroll
+  for (int k = 0; k < kRepairChunks; ++k) {
+    const int sorted = k * 32 + lane;
+    if (in_registers && sorted < B) {
+      const int b = st.order[sorted];
+      lanes[k] = {st.b_begin[b], st.b_size[b], st.b_owner[b], st.b_quota_offset[b], true};
+    }
+  }
+#pragma unroll 1
+  for (int phase = 0; phase < 2 * ring_size; ++phase) {
+    const int rot = phase < ring_size ? phase : phase - ring_size;
+    // ring after `rot` right rotations of [1 .. seats-1]: ring[i] = 1 + (i - rot) mod n, with
+    // 0 <= i <= n and 0 <= rot < n (two conditional subtractions, no division).
+    auto ring = [&](int i) {
+      int x = i - rot + ring_size;
+      x = x >= ring_size ? x - ring_size : x;
+      x = x >= ring_size ? x - ring_size : x;
+      return 1 + x;
+    };
+#pragma unroll 1
+    for (int w = side_warp; w < num_pairs; w += num_side_warps) {
+      const int a = w == 0 ? 0 : ring(w);
+      const int d = w == 0 ? ring(0) : ring(seats - 1 - w);
+      if (a >= P || d >= P) continue;
+      if (chunks == 1) {
+        trade_pair_registers<1>(st, lanes, B, a, d, lane);
+      } else if (in_registers) {
+        trade_pair_registers<kRepairChunks>(st, lanes, B, a, d, lane);
+      } else {
+        trade(st, B, a, d, lane);
+        __syncwarp();
+        trade(st, B, d, a, lane);
+      }
+    }
+    named_barrier(1, repair_warps * 32);
+  }
+}
+
+// Pair w of rotation rot of the circle method (repair.cpp): (0, ring[0]) for w = 0, else
+// (ring[w], ring[seats - 1 - w]); ring after rot right rotations of [1 .. seats - 1]:
+// ring[i] = 1 + (i - rot) mod ring_size, 0 <= i <= ring_size, 0 <= rot < ring_size.
+__device__ __forceinline__ void circle_pair(int rot, int w, int seats, int& a, int& d) {
+  const int ring_size = seats - 1;
+  auto ring = [&](int i) {
+    int x = i - rot + ring_size;
+    x = x >= ring_size ? x - ring_size : x;
+    x = x >= ring_size ? x - ring_size : x;
+    return 1 + x;
+  };
+  a = w == 0 ? 0 : ring(w);
+  d = w == 0 ? ring(0) : ring(seats - 1 - w);
+}
+
+// Lists: per pair of round 1 (rotation, w) the sorted broadcasts both ranks host, as compact
+// quota indices (receiver a's | donor d's << 16), in pair_items; pair_head = offset | n << 16
+// (n >= 2), 0 for no list. Runs on whole warps, num_threads threads (thread t of them); one pool
+// atomic per warp and round. The pool top past kPairPoolWords after the barrier means the lists
+// did not fit (no list is written past it).
+__device__ __forceinline__ void build_pair_lists(const State& st, int B, int t, int num_threads) {
+  const int P = st.P;
+  const int seats = P + (P & 1);
+  const int num_pairs = seats / 2;
+  const int total = (seats - 1) * num_pairs;
+  const int words = (B + 31) / 32;
+  const int lane = t & 31;
+#pragma unroll 1
+  for (int idx = t; idx - lane < total; idx += num_threads) {  // warp-uniform trip count
+    const int rot = idx / num_pairs;
+    int a = P;
+    int d = P;
+    if (idx < total) circle_pair(rot, idx - rot * num_pairs, seats, a, d);
+    int n = 0;
+    if (a < P && d < P) {
+#pragma unroll 1
+      for (int j = 0; j < words; ++j)
+        n += __popc(st.host_bits[a * words + j] & st.host_bits[d * words + j]);
+    }
+    n = n >= 2 ? n : 0;
+    const int incl = warp_inclusive_scan(n, lane);
+    const int warp_words = __shfl_sync(PlanConfig::kFullMask, incl, 31);
+    int first = 0;
+    if (lane == 0 && warp_words > 0) first = atomicAdd(&st.scalars[kPoolTopWord], warp_words);
+    const int offset = __shfl_sync(PlanConfig::kFullMask, first, 0) + incl - n;
+    const bool listed = n > 0 && offset + n <= kPairPoolWords;
+    if (listed) {
+      int i = offset;
+#pragma unroll 1
+      for (int j = 0; j < words; ++j) {
+        unsigned m = st.host_bits[a * words + j] & st.host_bits[d * words + j];
+        while (m != 0) {
+          const int b = st.order[32 * j + __ffs(m) - 1];
+          m &= m - 1;
+          st.pair_items[i++] = st.host_index(b, a) | st.host_index(b, d) << 16;
+        }
+      }
+    }
+#pragma unroll
+    for (int j = 0; j < 3; ++j) {  // <= 71 rotations
+      const unsigned bits =
+          __reduce_or_sync(PlanConfig::kFullMask, listed && rot / 32 == j ? 1u << (rot % 32) : 0u);
+      if (lane == 0 && bits != 0) {
+        atomicOr(reinterpret_cast<unsigned*>(&st.scalars[kPhaseBitsWord + j]), bits);
+      }
+    }
+    if (idx < total) st.pair_head[idx] = listed ? offset | n << 16 : 0;
+  }
+}
+
+// The arrays of the scheduled repair, built in registers inside the out-of-line
+// repair_scheduled from shared-memory word offsets. NOTE: a State passed by value to an
+// out-of-line function lives in local memory and is re-read after every __syncwarp (measured:
+// ~0.07-0.1 us more per step at EP8).
+struct RepairView {
+  int P;
+  const int32_t* own;
+  int32_t* quota;
+  const int32_t* pair_head;
+  const int32_t* pair_items;
+  int32_t* rank_level;
+  int32_t* level_table;
+  const int32_t* scalars;
+};
+
+// Levels (one warp): lane w takes pair w (and w + 32) of every rotation with a listed pair, in
+// the CPU's phase order, both rounds; level_table[level][a] = the pair's head (a pair's ranks
+// are in no other pair of its level). Returns the deepest level (the same on every lane).
+__device__ __forceinline__ int level_pairs(const RepairView& st, int lane) {
+  const int P = st.P;
+  const int seats = P + (P & 1);
+  const int ring_size = seats - 1;
+  const int num_pairs = seats / 2;
+  int deepest = 0;
+#pragma unroll 1
+  for (int round = 0; round < 2; ++round) {
+#pragma unroll 1
+    for (int j = 0; j * 32 < ring_size; ++j) {
+      unsigned bits = static_cast<unsigned>(st.scalars[kPhaseBitsWord + j]);
+      while (bits != 0) {
+        const int rot = 32 * j + __ffs(bits) - 1;
+        bits &= bits - 1;
+#pragma unroll 1
+        for (int w = lane; w < num_pairs; w += 32) {
+          int a, d;
+          circle_pair(rot, w, seats, a, d);
+          a = min(a, P - 1);  // the bye seat has no list; keep the loads in bounds
+          d = min(d, P - 1);
+          const int head = st.pair_head[rot * num_pairs + w];
+          const int level = max(st.rank_level[a], st.rank_level[d]) + 1;
+          if (head != 0) {
+            st.rank_level[a] = level;
+            st.rank_level[d] = level;
+            st.level_table[level * P + a] = head;
+            deepest = max(deepest, level);
+          }
+        }
+        __syncwarp();
+      }
+    }
+  }
+  return __reduce_max_sync(PlanConfig::kFullMask, deepest);
+}
+
+// One direction of a listed trade in registers: receiver (c_r, q_r) takes from donor (c_d, q_d)
+// and releases as much, greedy in sorted order (repair.cpp: trade). Items past the list hold
+// zeros, so they neither pull nor give.
+inline constexpr int kListRegs = 4;  // longest list traded in registers (bench inputs: 4)
+
+__device__ __forceinline__ void trade_listed(const int (&c_r)[kListRegs], int (&q_r)[kListRegs],
+                                             const int (&c_d)[kListRegs], int (&q_d)[kListRegs]) {
+  int pull[kListRegs];
+  int give[kListRegs];
+  int sum_pull = 0;
+  int sum_give = 0;
+#pragma unroll
+  for (int k = 0; k < kListRegs; ++k) {
+    pull[k] = min(max(0, c_r[k] - q_r[k]), max(0, q_d[k] - c_d[k]));
+    give[k] = max(0, q_r[k] - c_r[k]);
+    sum_pull += pull[k];
+    sum_give += give[k];
+  }
+  const int delta = min(sum_pull, sum_give);
+  if (delta <= 0) return;
+  // Greedy fill: item k keeps min(x_k, max(0, delta - sum of x before k)), x = pull and give
+  // (the items before k took min(delta, their sum)); prefixes instead of a running remainder
+  // keep the dependent chain short.
+  int pull_before = 0;
+  int give_before = 0;
+#pragma unroll
+  for (int k = 0; k < kListRegs; ++k) {
+    const int take = min(pull[k], max(0, delta - pull_before));
+    const int release = min(give[k], max(0, delta - give_before));
+    pull_before += pull[k];
+    give_before += give[k];
+    q_r[k] += take - release;
+    q_d[k] += release - take;
+  }
+}
+
+// One direction of a list longer than kListRegs (rare), on the whole warp (warp_trade): the
+// receiver's quota index at bit shift_r of each item, the donor's at shift_d.
+__device__ __forceinline__ void trade_list_on_warp(const RepairView& st, const int32_t* items,
+                                                   int n, int shift_r, int shift_d, int lane) {
+  warp_trade(st.quota, n, lane, [&](int k, int& er, int& ed, int& pull, int& give) {
+    er = -1;
+    ed = -1;
+    pull = 0;
+    give = 0;
+    if (k >= n) return;
+    er = (items[k] >> shift_r) & 0xffff;
+    ed = (items[k] >> shift_d) & 0xffff;
+    pull = min(max(0, st.own[er] - st.quota[er]), max(0, st.quota[ed] - st.own[ed]));
+    give = max(0, st.quota[er] - st.own[er]);
+  });
+}
+
+// The lanes' pairs with lists longer than kListRegs (`head` per lane, 0 = none), one at a time
+// on the whole warp, both directions (receiver a first).
+__device__ __forceinline__ void trade_long_lists(const RepairView& st, int head, int lane) {
+  unsigned pending = __ballot_sync(PlanConfig::kFullMask, (head >> 16) > kListRegs);
+  while (pending != 0) {
+    const int h = __shfl_sync(PlanConfig::kFullMask, head, __ffs(pending) - 1);
+    pending &= pending - 1;
+    const int32_t* items = st.pair_items + (h & 0xffff);
+    trade_list_on_warp(st, items, h >> 16, 0, 16, lane);  // receiver a, donor d
+    __syncwarp();
+    trade_list_on_warp(st, items, h >> 16, 16, 0, lane);  // receiver d, donor a
+    __syncwarp();
+  }
+}
+
+// A listed pair in registers: its head and list (items past the list are 0).
+struct ListedPair {
+  int head = 0;
+  int item[kListRegs] = {};
+
+  __device__ __forceinline__ void load(const RepairView& st, int h) {
+    head = h;
+    const int n = h >> 16;
+    const int32_t* items = st.pair_items + (h & 0xffff);
+#pragma unroll
+    for (int k = 0; k < kListRegs; ++k) item[k] = k < n ? items[k] : 0;
+  }
+};
+
+// Both directions of a listed pair (receiver a first, as repair.cpp's run_pair), from its own
+// routes and quotas (loaded by the caller, so that several pairs' loads are in flight at once).
+struct PairTrade {
+  int c_a[kListRegs], q_a[kListRegs], c_d[kListRegs], q_d[kListRegs];
+
+  __device__ __forceinline__ void load(const RepairView& st, const ListedPair& pair) {
+    const int n = pair.head >> 16;
+#pragma unroll
+    for (int k = 0; k < kListRegs; ++k) {
+      const bool on = k < n && n <= kListRegs;
+      const int ea = pair.item[k] & 0xffff;
+      const int ed = pair.item[k] >> 16;
+      c_a[k] = on ? st.own[ea] : 0;
+      q_a[k] = on ? st.quota[ea] : 0;
+      c_d[k] = on ? st.own[ed] : 0;
+      q_d[k] = on ? st.quota[ed] : 0;
+    }
+  }
+  // Lists longer than kListRegs hold zeros here (trade_long_lists trades them).
+  __device__ __forceinline__ void run(const RepairView& st, const ListedPair& pair) {
+    int q_a0[kListRegs];
+#pragma unroll
+    for (int k = 0; k < kListRegs; ++k) q_a0[k] = q_a[k];
+    trade_listed(c_a, q_a, c_d, q_d);  // receiver a, donor d
+    trade_listed(c_d, q_d, c_a, q_a);  // receiver d, donor a
+#pragma unroll
+    for (int k = 0; k < kListRegs; ++k) {
+      if (q_a[k] != q_a0[k]) {  // a pair's quotas change together (their sum is kept)
+        st.quota[pair.item[k] & 0xffff] = q_a[k];
+        st.quota[pair.item[k] >> 16] = q_d[k];
+      }
+    }
+  }
+};
+
+// The steps of the scheduled trades, as rows of pair heads (0 = none), a slot per pair:
+// LevelRows: the levels, level_table rows indexed by the pair's receiver rank.
+struct LevelRows {
+  const int32_t* table;
+  int width;    // P
+  int row = 0;  // the row head() reads; advance() before the first
+  __device__ __forceinline__ void advance() { ++row; }
+  __device__ __forceinline__ int head(int slot) const {
+    return slot < width ? table[row * width + slot] : 0;
+  }
+};
+
+// PhaseRows: the circle-method phases whose rotation has a listed pair, in the CPU's order (both
+// rounds: the rotations repeat), pair_head rows indexed by the pair's seat w.
+struct PhaseRows {
+  const int32_t* heads;
+  int width;  // num_pairs
+  unsigned bits[3];
+  int row = -1;  // the rotation head() reads; advance() before the first
+  // Next rotation with a listed pair after row, cyclically (bits beyond the ring are 0).
+  __device__ __forceinline__ void advance() {
+    int from = row + 1;
+#pragma unroll 1
+    for (int pass = 0; pass < 2; ++pass, from = 0) {
+#pragma unroll
+      for (int j = 0; j < 3; ++j) {
+        const int lo = 32 * j;
+        if (from >= lo + 32) continue;
+        const unsigned m = from > lo ? bits[j] & (~0u << (from - lo)) : bits[j];
+        if (m != 0) {
+          row = lo + __ffs(m) - 1;
+          return;
+        }
+      }
+    }
+  }
+  __device__ __forceinline__ int head(int slot) const {
+    return slot < width ? heads[row * width + slot] : 0;
+  }
+};
+
+// Stage 4, scheduled trades (one warp): num_steps steps of disjoint pairs, __syncwarp between
+// steps, lane l taking slots l + 32 c, c < K. Software-pipelined: at step i the quotas of i, the
+// lists of i + 1 and the heads of i + 2 are loaded together (lists and heads do not change), so
+// a step costs one shared round trip and its arithmetic.
+template <int K, typename Rows>
+__device__ __forceinline__ void trade_steps(const RepairView& st, Rows rows, int num_steps,
+                                            int lane) {
+  ListedPair cur[K];
+  int next_head[K];
+  rows.advance();  // step 1
+#pragma unroll
+  for (int c = 0; c < K; ++c) cur[c].load(st, num_steps >= 1 ? rows.head(lane + 32 * c) : 0);
+  rows.advance();  // step 2
+#pragma unroll
+  for (int c = 0; c < K; ++c) next_head[c] = num_steps >= 2 ? rows.head(lane + 32 * c) : 0;
+#pragma unroll 1
+  for (int step = 1; step <= num_steps; ++step) {
+    PairTrade trade[K];
+    ListedPair next[K];
+#pragma unroll
+    for (int c = 0; c < K; ++c) {
+      trade[c].load(st, cur[c]);
+      next[c].load(st, next_head[c]);
+    }
+    rows.advance();  // step + 2, while the loads above are in flight
+#pragma unroll
+    for (int c = 0; c < K; ++c) next_head[c] = step + 2 <= num_steps ? rows.head(lane + 32 * c) : 0;
+#pragma unroll
+    for (int c = 0; c < K; ++c) trade[c].run(st, cur[c]);
+    __syncwarp();
+    bool any_long = false;
+#pragma unroll
+    for (int c = 0; c < K; ++c) any_long |= (cur[c].head >> 16) > kListRegs;
+    if (__any_sync(PlanConfig::kFullMask, any_long)) {  // rare (none on the bench inputs)
+#pragma unroll 1
+      for (int c = 0; c < K; ++c) {
+        int head = 0;
+#pragma unroll
+        for (int j = 0; j < K; ++j) head = j == c ? cur[j].head : head;  // no indexed registers
+        trade_long_lists(st, head, lane);
+      }
+    }
+#pragma unroll
+    for (int c = 0; c < K; ++c) cur[c] = next[c];
+  }
+}
+
+// Up to this P the trades run phase by phase (the rotations with a listed pair) without levels:
+// the level pass costs a step per such phase too, and a level step (~0.20-0.30 us on H200) costs
+// nearly a trade step (~0.26-0.31 us), so levels pay only where they are far fewer than the
+// phases (EP8: 12 phases, 10 levels; EP64: 85 phases, 12 levels; device run of 2026-11-30).
+inline constexpr int kPhaseStepMaxRanks = 24;
+static_assert(kPhaseStepMaxRanks <= 64, "the phase path gives each lane one pair slot");
+
+// Stage 4, scheduled path (one warp): levels (P > kPhaseStepMaxRanks), then trades. Out of line
+// (its own register allocation, apart from the kernel body's); the arrays come as shared-memory
+// word offsets (RepairView). levels_stamp (optional, profiling) gets the globaltimer after the
+// levels.
+__device__ __noinline__ void repair_scheduled(int P, int own_at, int quota_at, int pair_head_at,
+                                              int pair_items_at, int rank_level_at,
+                                              int level_table_at, int scalars_at, int lane,
+                                              unsigned long long* levels_stamp) {
+  extern __shared__ int32_t smem[];
+  const RepairView view{P,
+                        smem + own_at,
+                        smem + quota_at,
+                        smem + pair_head_at,
+                        smem + pair_items_at,
+                        smem + rank_level_at,
+                        smem + level_table_at,
+                        smem + scalars_at};
+  if (P <= kPhaseStepMaxRanks) {  // num_pairs <= 32: one slot per lane
+    if (levels_stamp != nullptr) *levels_stamp = global_timer();
+    PhaseRows rows{view.pair_head, (P + (P & 1)) / 2, {}};
+    int active = 0;
+#pragma unroll
+    for (int j = 0; j < 3; ++j) {
+      rows.bits[j] = static_cast<unsigned>(view.scalars[kPhaseBitsWord + j]);
+      active += __popc(rows.bits[j]);
+    }
+    trade_steps<1>(view, rows, 2 * active, lane);
+    return;
+  }
+  const int deepest = level_pairs(view, lane);
+  if (levels_stamp != nullptr) *levels_stamp = global_timer();
+  if (P <= 32) {
+    trade_steps<1>(view, LevelRows{view.level_table, P}, deepest, lane);
+  } else if (P <= 64) {
+    trade_steps<2>(view, LevelRows{view.level_table, P}, deepest, lane);
+  } else {
+    trade_steps<3>(view, LevelRows{view.level_table, P}, deepest, lane);
+  }
+}
+
+}  // namespace plan_detail
+
+}  // namespace iser::cuda
