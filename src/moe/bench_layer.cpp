@@ -345,7 +345,7 @@ int layer_main(const std::vector<std::string>& args,
   app.add_option("--planner", opt.planner,
                  "who plans ON invocations: auto (default: gpu where it covers the policy), gpu "
                  "or host")
-      ->check(CLI::IsMember({"host", "gpu"}));
+      ->check(CLI::IsMember({"auto", "host", "gpu"}));
   app.add_option("--graph", opt.graph,
                  "1: also time the static-shape CUDA-graph mode (ON and OFF; tau * P <= 256); 2: "
                  "the same with size-aware GEMMs")
