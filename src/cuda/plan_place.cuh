@@ -389,8 +389,7 @@ __device__ __forceinline__ int place_ranks(const State& st, const PlanParams& p,
       for (int k = 0; k < K; ++k) rs.mass[k] = rs.cand[k] >= 0 ? st.hist[rs.cand[k]] : 0;
     }
     // Owner: the non-frozen rank with the largest L above the water, ties to the lowest rank.
-    // L < 2^25, so (L << 7 | 127 - r) fits 32 bits. NOTE: its reduction is issued before the
-    // group sums' scan, which does not depend on the owner (see GroupSums), so the two overlap.
+    // L < 2^25, so (L << 7 | 127 - r) fits 32 bits.
     unsigned key = 0;
 #pragma unroll
     for (int k = 0; k < K; ++k) {
@@ -400,6 +399,11 @@ __device__ __forceinline__ int place_ranks(const State& st, const PlanParams& p,
       if (alive && l > water) key = max(key, (static_cast<unsigned>(l) << 7) | (127u - r));
     }
     key = __reduce_max_sync(PlanConfig::kFullMask, key);
+    // The group sums (and HALO-Q's rooms per lane group) between the reduction and its first
+    // use: the scan's shuffles run while the reduction is in flight.
+    GroupSums<K> sums;
+    sums.scan(rs, P, S, water, room_aware, lane);
+    const unsigned lane_room = lane_groups ? lg.room<K>(sums.packed) : 0u;
     if (key == 0) break;
     const int o = 127 - static_cast<int>(key & 127u);
     const int load_o = static_cast<int>(key >> 7);
@@ -412,12 +416,9 @@ __device__ __forceinline__ int place_ranks(const State& st, const PlanParams& p,
     int latest = -1;
     bool freeze = false;
     GroupChoice g;
-    GroupSums<K> sums;
     if (!room_aware) {
       expert = __shfl_sync(PlanConfig::kFullMask, chunk<K>(rs.cand, o_chunk), o_lane);
       mass = __shfl_sync(PlanConfig::kFullMask, chunk<K>(rs.mass, o_chunk), o_lane);
-      sums.scan(rs, P, S, water, false, lane);
-      const unsigned lane_room = lane_groups ? lg.room<K>(sums.packed) : 0u;
       // The cursor advances even if this attempt fails; the next candidate is fetched now,
       // and its mass at the start of a later pass.
 #pragma unroll
@@ -453,7 +454,6 @@ __device__ __forceinline__ int place_ranks(const State& st, const PlanParams& p,
         mass = static_cast<int>(share);
         give = min(load_o - water, mass);
         latest = st.expert_broadcast[expert];
-        sums.scan(rs, P, S, water, true, lane);
         g = choose_group_room_aware<K>(st, sums, give, latest, lane);
         if (g.level < 0) {
           __syncwarp();  // every lane has read spent[] (write after read)
