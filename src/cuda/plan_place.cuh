@@ -201,13 +201,18 @@ __device__ __forceinline__ GroupChoice choose_group_lane(const PlanParams& p, co
 // (group size * T >= mass) whose best eligible group has room > 0; best = most room, ties lowest
 // begin. absorb: a level is taken at once only if its best room >= give, otherwise the group
 // with the most room over all levels (ties: the finer level, then the lowest begin) if room > 0.
-// Eligible: every member (the owner too when it is one) has a free helper slot.
+// Eligible: every member (the owner too when it is one) has a free helper slot. Out of line:
+// with the default g_min every P <= 64 takes choose_group_lane instead, and this loop's code
+// would otherwise sit inside the pass loop (instruction fetches after an L2 flush).
 template <int K>
-__device__ GroupChoice choose_group(const State& st, const PlanParams& p, const GroupSums<K>& sums,
-                                    bool packed_key, int o, int T, int mass, int give, int lane) {
-  const int P = st.P;
+// Everything by value: an argument by reference would move it (and the kernel's copy of p) to
+// local memory for the whole pass loop.
+__device__ __noinline__ GroupChoice choose_group(int P, int num_levels, bool absorb,
+                                                 bool owner_in_group, const GroupSums<K> sums,
+                                                 bool packed_key, int o, int T, int mass, int give,
+                                                 int lane) {
   const long long per_member = T > 1 ? T : 1;
-  const int num_flat = (1 << st.num_levels) - 1;
+  const int num_flat = (1 << num_levels) - 1;
   // Every (level, group) once (flat index f = 2^level - 1 + group) and two lexicographic warp
   // maxima, each as a (hi, lo) pair of 32-bit reductions:
   //   accepted (room > 0, and room >= give under absorb): (level + 1, room, -group)
@@ -226,12 +231,12 @@ __device__ GroupChoice choose_group(const State& st, const PlanParams& p, const 
     const unsigned sum = prefix_at<K>(sums.packed, valid ? begin + size - 1 : -1) -
                          prefix_at<K>(sums.packed, valid ? begin - 1 : -1);
     if (!valid || static_cast<long long>(size) * per_member < mass) continue;  // finer than wanted
-    if (p.owner_in_group && (o < begin || o >= begin + size)) continue;
+    if (owner_in_group && (o < begin || o >= begin + size)) continue;
     if ((sum & 127u) != 0) continue;  // a member has no free helper slot
     const unsigned room = sum >> 7;
     if (room == 0) continue;
     const unsigned tie = 127u - static_cast<unsigned>(group);
-    if (!p.absorb || room >= static_cast<unsigned>(give)) {
+    if (!absorb || room >= static_cast<unsigned>(give)) {
       const unsigned hi = static_cast<unsigned>(level + 1);
       const unsigned lo = (room << 7) | tie;
       if (hi > acc_hi || (hi == acc_hi && lo > acc_lo)) acc_hi = hi, acc_lo = lo;
@@ -259,7 +264,7 @@ __device__ GroupChoice choose_group(const State& st, const PlanParams& p, const 
     choice.full = static_cast<unsigned>(give) >= room;
     return choice;
   }
-  if (!p.absorb) return choice;
+  if (!absorb) return choice;
   const unsigned best_room = __reduce_max_sync(PlanConfig::kFullMask, any_hi);
   if (best_room == 0) return choice;
   key = __reduce_max_sync(PlanConfig::kFullMask, any_hi == best_room ? any_lo : 0u);
@@ -432,7 +437,8 @@ __device__ __forceinline__ int place_ranks(const State& st, const PlanParams& p,
       freeze = mass == 0 || give <= 0;
       if (!freeze) {
         g = lane_groups ? choose_group_lane(p, lg, lane_room, packed_key, P, o, mass, give)
-                        : choose_group<K>(st, p, sums, packed_key, o, water, mass, give, lane);
+                        : choose_group<K>(P, st.num_levels, p.absorb, p.owner_in_group, sums,
+                                          packed_key, o, water, mass, give, lane);
         freeze = g.level < 0;
       }
     } else {
