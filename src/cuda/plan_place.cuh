@@ -2,12 +2,13 @@
 // room-aware placement of plan_iser, src/core/planner/iser.cpp) and slot coloring (§4.3).
 //
 // NOTE: every pass is a chain of dependent steps on one warp, so its length is the kernel's
-// cost. The per-rank state (load, received and sent broadcasts, HALO-Q's candidate cursor and
-// the candidate under it, frozen) lives in registers: lane l holds ranks l, l + 32, l + 64 (K
-// chunks, K = 1 for P <= 32), and every selection is a warp reduction or a shuffle. Shared memory
-// is only written (broadcast records and quotas, for the later stages) or read where the data
-// is per expert (hist, candidates, iser's shares). Arrays indexed by a rank stay indexed by
-// compile-time chunk numbers, so they never spill to local memory.
+// cost (~0.9 us per broadcast on H200 at E = 384, S = 4). The per-rank state (load, received and
+// sent broadcasts, HALO-Q's candidate cursor and the candidate under it, frozen) lives in
+// registers: lane l holds ranks l, l + 32, l + 64 (K chunks, K = 1 for P <= 32), and every
+// selection is a warp reduction or a shuffle. Shared memory is only written (broadcast records and
+// quotas, for the later stages) or read where the data is per expert (hist, candidates, iser's
+// shares). Arrays indexed by a rank stay indexed by compile-time chunk numbers, so they never spill
+// to local memory.
 //
 // HALO-Q and the room-aware placement run the same loop (owner choice, quota fill, commit); they
 // differ in the expert they export, the group search and what a failed attempt freezes.
@@ -83,6 +84,8 @@ struct RankState {
 struct GroupChoice {
   int level = -1;
   int begin = 0;
+  int moved = 0;      // what the members take: min(give, room of the group)
+  bool full = false;  // give >= room: every member fills up to the water (no ordering needed)
 };
 
 // Stage 2 group sums: an inclusive prefix over ranks of (room << 7 | no free helper slot) and
@@ -95,7 +98,9 @@ struct GroupSums {
   unsigned packed[K];
   unsigned cold[K];
 
-  __device__ __forceinline__ void scan(const RankState<K>& rs, int P, int S, int water, int lane) {
+  // with_cold = false (HALO-Q, which needs no cold counts) scans the packed row alone.
+  __device__ __forceinline__ void scan(const RankState<K>& rs, int P, int S, int water,
+                                       bool with_cold, int lane) {
     unsigned v[2][K];
 #pragma unroll
     for (int k = 0; k < K; ++k) {
@@ -106,23 +111,109 @@ struct GroupSums {
                 (r < P && rs.recv[k] >= S ? 1u : 0u);
       v[1][k] = is_cold ? 1u : 0u;
     }
-    scan_ranks<K, 2>(v, P, lane);
+    if (with_cold) {
+      scan_ranks<K, 2>(v, P, lane);
 #pragma unroll
-    for (int k = 0; k < K; ++k) packed[k] = v[0][k], cold[k] = v[1][k];
+      for (int k = 0; k < K; ++k) packed[k] = v[0][k], cold[k] = v[1][k];
+    } else {
+      unsigned w[1][K];
+#pragma unroll
+      for (int k = 0; k < K; ++k) w[0][k] = v[0][k];
+      scan_ranks<K, 1>(w, P, lane);
+#pragma unroll
+      for (int k = 0; k < K; ++k) packed[k] = w[0][k], cold[k] = 0;
+    }
   }
 };
+
+// The (level, group) of flat index f = lane = 2^level - 1 + group, when all of them fit one
+// warp (num_flat <= 32: every P <= 64 at the default g_min). Fixed for the whole placement, so
+// the per-pass group search starts from the two prefix shuffles instead of the index arithmetic.
+struct LaneGroup {
+  int begin = 0;
+  int end = 0;          // begin + size
+  int mass_limit = -1;  // size * max(T, 1), clamped to int: wanted iff mass <= mass_limit
+  unsigned tag = 0;     // level << 7 | (127 - group)
+
+  __device__ __forceinline__ void make(const State& st, int T, int lane) {
+    const int num_flat = (1 << st.num_levels) - 1;
+    if (lane >= num_flat) return;
+    const int level = 31 - __clz(lane + 1);
+    const int group = lane + 1 - (1 << level);
+    const int size = st.P >> level;
+    begin = group * size;
+    end = begin + size;
+    const long long limit = static_cast<long long>(size) * (T > 1 ? T : 1);
+    mass_limit = limit > 0x7fffffffLL ? 0x7fffffff : static_cast<int>(limit);
+    tag = static_cast<unsigned>(level) << 7 | (127u - static_cast<unsigned>(group));
+  }
+
+  // This pass's room of the lane's group, 0 when a member has no free helper slot (or no group).
+  template <int K>
+  __device__ __forceinline__ unsigned room(const unsigned (&packed)[K]) const {
+    const bool valid = end > 0;
+    const unsigned sum =
+        prefix_at<K>(packed, valid ? end - 1 : -1) - prefix_at<K>(packed, valid ? begin - 1 : -1);
+    return (sum & 127u) != 0 ? 0u : sum >> 7;
+  }
+};
+
+// choose_group (below) for num_flat <= 32, one group per lane: the rooms come from before the
+// owner was known, so only the owner-dependent tests and one reduction follow the owner choice.
+__device__ __forceinline__ GroupChoice choose_group_lane(const PlanParams& p, const LaneGroup& lg,
+                                                         unsigned room, bool packed_key, int P,
+                                                         int o, int mass, int give) {
+  const bool eligible =
+      room > 0 && mass <= lg.mass_limit && (!p.owner_in_group || (o >= lg.begin && o < lg.end));
+  const bool accepted = eligible && (!p.absorb || room >= static_cast<unsigned>(give));
+  const unsigned level1 = (lg.tag >> 7) + 1;
+  const unsigned tie = lg.tag & 127u;
+  GroupChoice choice;
+  unsigned best_level;
+  unsigned key;
+  if (packed_key) {
+    key = __reduce_max_sync(PlanConfig::kFullMask, accepted ? level1 << 29 | room << 7 | tie : 0u);
+    best_level = key >> 29;
+    key &= (1u << 29) - 1;
+  } else {
+    best_level = __reduce_max_sync(PlanConfig::kFullMask, accepted ? level1 : 0u);
+    key = best_level > 0
+              ? __reduce_max_sync(PlanConfig::kFullMask,
+                                  accepted && level1 == best_level ? room << 7 | tie : 0u)
+              : 0u;
+  }
+  unsigned best_room = key >> 7;
+  if (best_level > 0) {
+    choice.level = static_cast<int>(best_level) - 1;
+  } else {
+    if (!p.absorb) return choice;
+    best_room = __reduce_max_sync(PlanConfig::kFullMask, eligible ? room : 0u);
+    if (best_room == 0) return choice;
+    key = __reduce_max_sync(PlanConfig::kFullMask, eligible && room == best_room ? lg.tag : 0u);
+    choice.level = static_cast<int>(key >> 7);
+  }
+  choice.begin = (127 - static_cast<int>(key & 127u)) * (P >> choice.level);
+  choice.moved = static_cast<int>(min(best_room, static_cast<unsigned>(give)));
+  choice.full = static_cast<unsigned>(give) >= best_room;
+  return choice;
+}
 
 // HALO-Q group search (reference, absorb, owner_in_group) for owner o: the finest level <= wanted
 // (group size * T >= mass) whose best eligible group has room > 0; best = most room, ties lowest
 // begin. absorb: a level is taken at once only if its best room >= give, otherwise the group
 // with the most room over all levels (ties: the finer level, then the lowest begin) if room > 0.
-// Eligible: every member (the owner too when it is one) has a free helper slot.
+// Eligible: every member (the owner too when it is one) has a free helper slot. Out of line:
+// with the default g_min every P <= 64 takes choose_group_lane instead, and this loop's code
+// would otherwise sit inside the pass loop (instruction fetches after an L2 flush). Everything
+// by value: an argument by reference would move it (and the kernel's copy of p) to local memory
+// for the whole pass loop.
 template <int K>
-__device__ GroupChoice choose_group(const State& st, const PlanParams& p, const GroupSums<K>& sums,
-                                    bool packed_key, int o, int T, int mass, int give, int lane) {
-  const int P = st.P;
+__device__ __noinline__ GroupChoice choose_group(int P, int num_levels, bool absorb,
+                                                 bool owner_in_group, const GroupSums<K> sums,
+                                                 bool packed_key, int o, int T, int mass, int give,
+                                                 int lane) {
   const long long per_member = T > 1 ? T : 1;
-  const int num_flat = (1 << st.num_levels) - 1;
+  const int num_flat = (1 << num_levels) - 1;
   // Every (level, group) once (flat index f = 2^level - 1 + group) and two lexicographic warp
   // maxima, each as a (hi, lo) pair of 32-bit reductions:
   //   accepted (room > 0, and room >= give under absorb): (level + 1, room, -group)
@@ -141,12 +232,12 @@ __device__ GroupChoice choose_group(const State& st, const PlanParams& p, const 
     const unsigned sum = prefix_at<K>(sums.packed, valid ? begin + size - 1 : -1) -
                          prefix_at<K>(sums.packed, valid ? begin - 1 : -1);
     if (!valid || static_cast<long long>(size) * per_member < mass) continue;  // finer than wanted
-    if (p.owner_in_group && (o < begin || o >= begin + size)) continue;
+    if (owner_in_group && (o < begin || o >= begin + size)) continue;
     if ((sum & 127u) != 0) continue;  // a member has no free helper slot
     const unsigned room = sum >> 7;
     if (room == 0) continue;
     const unsigned tie = 127u - static_cast<unsigned>(group);
-    if (!p.absorb || room >= static_cast<unsigned>(give)) {
+    if (!absorb || room >= static_cast<unsigned>(give)) {
       const unsigned hi = static_cast<unsigned>(level + 1);
       const unsigned lo = (room << 7) | tie;
       if (hi > acc_hi || (hi == acc_hi && lo > acc_lo)) acc_hi = hi, acc_lo = lo;
@@ -167,16 +258,21 @@ __device__ GroupChoice choose_group(const State& st, const PlanParams& p, const 
               : 0u;
   }
   if (best_level > 0) {
+    const unsigned room = packed_key ? (key >> 7) & ((1u << 22) - 1) : key >> 7;
     choice.level = static_cast<int>(best_level) - 1;
     choice.begin = (127 - static_cast<int>(key & 127u)) * (P >> choice.level);
+    choice.moved = static_cast<int>(min(room, static_cast<unsigned>(give)));
+    choice.full = static_cast<unsigned>(give) >= room;
     return choice;
   }
-  if (!p.absorb) return choice;
+  if (!absorb) return choice;
   const unsigned best_room = __reduce_max_sync(PlanConfig::kFullMask, any_hi);
   if (best_room == 0) return choice;
   key = __reduce_max_sync(PlanConfig::kFullMask, any_hi == best_room ? any_lo : 0u);
   choice.level = static_cast<int>(key >> 7);
   choice.begin = (127 - static_cast<int>(key & 127u)) * (P >> choice.level);
+  choice.moved = static_cast<int>(min(best_room, static_cast<unsigned>(give)));
+  choice.full = static_cast<unsigned>(give) >= best_room;
   return choice;
 }
 
@@ -248,6 +344,8 @@ __device__ GroupChoice choose_group_room_aware(const State& st, const GroupSums<
       PlanConfig::kFullMask, chunk<kMaxLevels>(hi, level) == a ? chunk<kMaxLevels>(lo, level) : 0u);
   g.level = level;
   g.begin = (127 - static_cast<int>(key & 127u)) * (P >> level);
+  g.moved = static_cast<int>(a);  // min(room, give)
+  g.full = a < static_cast<unsigned>(give);
   return g;
 }
 
@@ -255,6 +353,12 @@ __device__ GroupChoice choose_group_room_aware(const State& st, const GroupSums<
 // HALO-Q (room_aware = false, water = T): candidates fixed up front, a failed attempt freezes the
 // owner. Room-aware (water = W >= T): the home expert with the largest share left, a failed
 // attempt marks the expert spent. Sets status bits on overflow.
+//
+// NOTE: a rank that would be frozen at once when chosen (HALO-Q: no export or candidate left;
+// both: no export left) is left out of the owner choice instead: such a pass changes nothing
+// but the rank's frozen bit (its load is above the water, so it receives nothing meanwhile), and
+// the pass budget never binds (a pass freezes a rank, advances a cursor / spends an expert, or
+// commits a broadcast), so the plan is the same with fewer passes.
 template <int K>
 __device__ __forceinline__ int place_ranks(const State& st, const PlanParams& p, int T, int water,
                                            bool room_aware, int lane) {
@@ -271,23 +375,25 @@ __device__ __forceinline__ int place_ranks(const State& st, const PlanParams& p,
     rs.sent[k] = 0;
     rs.cursor[k] = 0;
     rs.frozen[k] = r >= P;
-    rs.cand[k] = -1;
+    rs.cand[k] = !room_aware && r < P && C > 0 ? st.candidates[r * C] : -1;
     rs.mass[k] = 0;
-    if (!room_aware && r < P && C > 0) {
-      rs.cand[k] = st.candidates[r * C];
-      rs.mass[k] = st.hist[rs.cand[k]];
-    }
   }
+  // One group per lane for the HALO-Q group search when they fit a warp (see LaneGroup).
+  const bool lane_groups = !room_aware && (1 << st.num_levels) - 1 <= 32;
+  LaneGroup lg;
+  if (lane_groups) lg.make(st, water, lane);
   int num_broadcasts = 0;
   int quota_used = 0;
   const int max_passes = room_aware ? P * (H + S + 1) + 1 : P * (C + 2);
   const bool packed_key = static_cast<long long>(P) * water < (1 << 22);
 #pragma unroll 1
   for (int pass = 0; pass < max_passes; ++pass) {
-    // The group sums do not depend on the owner (see GroupSums): their scan overlaps the owner
-    // choice below.
-    GroupSums<K> sums;
-    sums.scan(rs, P, S, water, lane);
+    // HALO-Q: the candidates' masses (the owner's cursor moved last pass); the loads are long
+    // done and the values are needed only after the owner choice.
+    if (!room_aware) {
+#pragma unroll
+      for (int k = 0; k < K; ++k) rs.mass[k] = rs.cand[k] >= 0 ? st.hist[rs.cand[k]] : 0;
+    }
     // Owner: the non-frozen rank with the largest L above the water, ties to the lowest rank.
     // L < 2^25, so (L << 7 | 127 - r) fits 32 bits.
     unsigned key = 0;
@@ -295,52 +401,48 @@ __device__ __forceinline__ int place_ranks(const State& st, const PlanParams& p,
     for (int k = 0; k < K; ++k) {
       const int l = rs.load[k];
       const unsigned r = static_cast<unsigned>(32 * k + lane);
-      if (!rs.frozen[k] && l > water) key = max(key, (static_cast<unsigned>(l) << 7) | (127u - r));
+      const bool alive = !rs.frozen[k] && rs.sent[k] < S && (room_aware || rs.cursor[k] < C);
+      if (alive && l > water) key = max(key, (static_cast<unsigned>(l) << 7) | (127u - r));
     }
     key = __reduce_max_sync(PlanConfig::kFullMask, key);
+    // The group sums (and HALO-Q's rooms per lane group) between the reduction and its first
+    // use: the scan's shuffles run while the reduction is in flight.
+    GroupSums<K> sums;
+    sums.scan(rs, P, S, water, room_aware, lane);
+    const unsigned lane_room = lane_groups ? lg.room<K>(sums.packed) : 0u;
     if (key == 0) break;
     const int o = 127 - static_cast<int>(key & 127u);
     const int load_o = static_cast<int>(key >> 7);
     const int o_chunk = o >> 5;
     const int o_lane = o & 31;
     const bool is_owner_lane = lane == o_lane;
-    // The owner's sent count and cursor (one shuffle), and its candidate.
-    const int info =
-        __shfl_sync(PlanConfig::kFullMask,
-                    chunk<K>(rs.sent, o_chunk) | chunk<K>(rs.cursor, o_chunk) << 8, o_lane);
-    const int sent_o = info & 255;
-    const int cursor_o = info >> 8;
     int expert = -1;
     int mass = 0;
     int give = 0;
     int latest = -1;
-    bool freeze = sent_o >= S;
+    bool freeze = false;
     GroupChoice g;
     if (!room_aware) {
       expert = __shfl_sync(PlanConfig::kFullMask, chunk<K>(rs.cand, o_chunk), o_lane);
       mass = __shfl_sync(PlanConfig::kFullMask, chunk<K>(rs.mass, o_chunk), o_lane);
-      freeze = freeze || cursor_o >= C;
-      if (!freeze && is_owner_lane) {
-        // The cursor advances even if this attempt fails; the next candidate is fetched now,
-        // long before the owner's next turn needs it.
+      // The cursor advances even if this attempt fails; the next candidate is fetched now,
+      // and its mass at the start of a later pass.
 #pragma unroll
-        for (int k = 0; k < K; ++k) {
-          if (k != o_chunk) continue;
-          const int next = cursor_o + 1;
-          rs.cursor[k] = next;
-          rs.cand[k] = next < C ? st.candidates[o * C + next] : -1;
-          rs.mass[k] = next < C ? st.hist[rs.cand[k]] : 0;
-        }
+      for (int k = 0; k < K; ++k) {
+        if (!is_owner_lane || k != o_chunk) continue;
+        const int next = rs.cursor[k] + 1;
+        rs.cursor[k] = next;
+        rs.cand[k] = next < C ? st.candidates[o * C + next] : -1;
       }
+      give = min(load_o - water, mass);
+      freeze = mass == 0 || give <= 0;
       if (!freeze) {
-        give = min(load_o - water, mass);
-        freeze = mass == 0 || give <= 0;
-      }
-      if (!freeze) {
-        g = choose_group<K>(st, p, sums, packed_key, o, water, mass, give, lane);
+        g = lane_groups ? choose_group_lane(p, lg, lane_room, packed_key, P, o, mass, give)
+                        : choose_group<K>(P, st.num_levels, p.absorb, p.owner_in_group, sums,
+                                          packed_key, o, water, mass, give, lane);
         freeze = g.level < 0;
       }
-    } else if (!freeze) {
+    } else {
       // Expert: the home expert with the largest share left, not spent; ties to the smaller id.
       unsigned best_v = 0;
       int best_i = H;
@@ -373,38 +475,8 @@ __device__ __forceinline__ int place_ranks(const State& st, const PlanParams& p,
       for (int k = 0; k < K; ++k) rs.frozen[k] = rs.frozen[k] || (is_owner_lane && k == o_chunk);
       continue;
     }
-
-    // Quotas: members other than the owner, coldest first by (L, rank) before this step, each
-    // take min(water - L, what is left of give): member m takes clamp(give - Σ caps of the
-    // members colder than m, 0, its cap). Each lane computes its own ranks' shares.
-    const int size = P >> g.level;
-    const int begin = g.begin;
-    int before[K];
-#pragma unroll
-    for (int k = 0; k < K; ++k) before[k] = 0;
-#pragma unroll 4
-    for (int j = 0; j < size; ++j) {
-      const int m2 = begin + j;
-      const int l2 = rank_value<K>(rs.load, m2);
-      const int cap2 = m2 != o && l2 < water ? water - l2 : 0;
-#pragma unroll
-      for (int k = 0; k < K; ++k) {
-        const int l = rs.load[k];
-        const int r = 32 * k + lane;
-        if (l2 < l || (l2 == l && m2 < r)) before[k] += cap2;
-      }
-    }
-    int take[K];
-    int my_moved = 0;
-#pragma unroll
-    for (int k = 0; k < K; ++k) {
-      const int r = 32 * k + lane;
-      const int l = rs.load[k];
-      const bool member = r >= begin && r < begin + size && r != o && l < water;
-      take[k] = member ? min(water - l, max(0, give - before[k])) : 0;
-      my_moved += take[k];
-    }
-    const int moved = __reduce_add_sync(PlanConfig::kFullMask, my_moved);
+    // The members take moved = min(give, room) in all (a coldest-first fill, below).
+    const int moved = g.moved;
     if (moved <= 0 || (room_aware && moved < p.min_move)) {
       if (room_aware) {
         __syncwarp();  // every lane has read spent[] (write after read)
@@ -417,6 +489,43 @@ __device__ __forceinline__ int place_ranks(const State& st, const PlanParams& p,
       continue;
     }
     if (moved < p.min_move) continue;  // HALO-Q variant: skipped, not frozen (cursor advanced)
+
+    // Quotas: members other than the owner, coldest first by (L, rank) before this step, each
+    // take min(water - L, what is left of give): member m takes clamp(give - Σ caps of the
+    // members colder than m, 0, its cap). With give >= room every member takes its cap.
+    // Otherwise each lane computes its own ranks' shares from every member's (L << 7 | rank)
+    // (L < 2^25) and cap, the cap 0 for non-members.
+    const int size = P >> g.level;
+    const int begin = g.begin;
+    int cap[K];
+    unsigned order[K];
+#pragma unroll
+    for (int k = 0; k < K; ++k) {
+      const int r = 32 * k + lane;
+      const int l = rs.load[k];
+      const bool member = r >= begin && r < begin + size && r != o && l < water;
+      cap[k] = member ? water - l : 0;
+      order[k] = static_cast<unsigned>(l) << 7 | static_cast<unsigned>(r);
+    }
+    int take[K];
+    if (g.full) {
+#pragma unroll
+      for (int k = 0; k < K; ++k) take[k] = cap[k];
+    } else {
+      int before[K];
+#pragma unroll
+      for (int k = 0; k < K; ++k) before[k] = 0;
+#pragma unroll 4
+      for (int j = 0; j < size; ++j) {
+        const int m2 = begin + j;
+        const unsigned order2 = rank_value<K>(order, m2);
+        const int cap2 = rank_value<K>(cap, m2);
+#pragma unroll
+        for (int k = 0; k < K; ++k) before[k] += order2 < order[k] ? cap2 : 0;
+      }
+#pragma unroll
+      for (int k = 0; k < K; ++k) take[k] = min(cap[k], max(0, give - before[k]));
+    }
 
     const bool owner_in = o >= begin && o < begin + size;
     const int entries = size + (owner_in ? 0 : 1);
