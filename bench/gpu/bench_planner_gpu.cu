@@ -7,11 +7,13 @@
 //
 //   bench_planner_gpu [-p 4,8,16,32,64] [-E 384] [-S 4] [-t 8192] [-k 6] [-w 20] [-n 400]
 //                     [-G 1] [-c 1] [-J out.json] [-d coding.csv] [-i 16] [-P halo-q,iser]
+//                     [-R 0]
 //   -w/-n warm-up/timed replays, -G 1 graph replays (0: direct launches), -c 1 check every plan
 //   and slot id against the CPU, -J JSON file, -d histogram CSV, -i inputs (layers) per EP,
 //   -P policies, each timed per EP in the same run (halo-q: plan_halo_q; iser: plan_iser
 //   without a previous plan, GpuPlannerOptions::iser; its plan+rewrite column is "-" because
-//   the GPU rewrite does not take iser plans, and its CPU baseline is plan_iser).
+//   the GPU rewrite does not take iser plans, and its CPU baseline is plan_iser), -R 1 the
+//   experimental scheduled repair (GpuPlanner::set_scheduled_repair) instead of the default.
 #include <cuda_runtime.h>
 
 #include <algorithm>
@@ -56,6 +58,7 @@ struct Args {
   std::string json;
   std::string data;
   std::vector<std::string> policies = {"halo-q"};
+  bool scheduled_repair = false;
 };
 
 std::string default_data_path() {
@@ -96,6 +99,8 @@ Args parse(int argc, char** argv) {
       a.check = std::atoi(v) != 0;
     } else if (flag == "-J") {
       a.json = v;
+    } else if (flag == "-R") {
+      a.scheduled_repair = std::atoi(v) != 0;
     } else if (flag == "-d") {
       a.data = v;
     } else if (flag == "-i") {
@@ -213,9 +218,10 @@ int main(int argc, char** argv) {
   BENCH_CUDA(cudaGetDeviceProperties(&prop, 0));
   std::printf(
       "# bench_planner_gpu on %s (%d SMs, L2 %d MiB), E=%d S=%d tau=%d k=%d, %s, "
-      "median of %d, L2 flushed\n",
+      "median of %d, L2 flushed, repair %s\n",
       prop.name, prop.multiProcessorCount, prop.l2CacheSize >> 20, args.experts, args.slots,
-      args.tokens, args.top_k, args.graph ? "graph replays" : "launches", args.iters);
+      args.tokens, args.top_k, args.graph ? "graph replays" : "launches", args.iters,
+      args.scheduled_repair ? "scheduled (-R 1)" : "by phases");
   std::printf("# %4s %7s %14s %14s %14s %14s %14s %12s %10s\n", "EP", "policy", "plan_us",
               "plan_kern_us", "plan+rw_us", "count_us", "cpu_plan_us", "cpu/gpu", "bcasts");
   cudaStream_t stream;
@@ -268,6 +274,7 @@ int main(int argc, char** argv) {
       const int rank = 0;
       for (int i = 0; i < num_inputs; ++i) {
         planners.emplace_back(topo, n, options);
+        planners.back().set_scheduled_repair(args.scheduled_repair);
         BENCH_CUDA(cudaMalloc(&d_counts[i], sizeof(int32_t) * P * args.experts));
         BENCH_CUDA(cudaMalloc(&d_plan[i], sizeof(int32_t) * planners[i].plan_words()));
         BENCH_CUDA(cudaMalloc(&d_ids[i], sizeof(int32_t) * n));

@@ -165,6 +165,12 @@ class GpuPlanner {
   // repair, which warp 1 stamps).
   // nullptr (default) disables it.
   void set_plan_timer(unsigned long long* device_timer);
+  // Stage 4 by pair lists and levels (plan_repair.cuh: far fewer dependent steps than the
+  // 2(P-1) circle-method phases; EP64 repair 171 -> 29 us on H200) instead of phase by phase.
+  // Plans are the same, bit for bit (tested), but compute-sanitizer racecheck reports hazards
+  // between its trades and the output stage in every run of 2026-11-30 (unresolved), so it is
+  // off by default: experimental, for benchmarks.
+  void set_scheduled_repair(bool on);
 
  private:
   struct Impl;

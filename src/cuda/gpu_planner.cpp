@@ -207,6 +207,7 @@ struct GpuPlanner::Impl {
   int counted_routes = -1;
   int counted_rows = 0;
   unsigned long long* timer = nullptr;
+  bool scheduled_repair = false;
   DeviceArray<int32_t> tile_counts;  // [max_rows][max_tiles][E]
   DeviceArray<uint32_t> tickets;     // [max_rows]
   DeviceArray<uint32_t> error_word;  // [1]
@@ -290,6 +291,9 @@ uint32_t* GpuPlanner::error_word() const {
 void GpuPlanner::set_plan_timer(unsigned long long* device_timer) {
   impl_->timer = device_timer;
 }
+void GpuPlanner::set_scheduled_repair(bool on) {
+  impl_->scheduled_repair = on;
+}
 
 void GpuPlanner::clear_errors(CUstream_st* stream) {
   ISER_CUDA_CHECK(cudaMemsetAsync(impl_->error_word.get(), 0, sizeof(uint32_t), stream));
@@ -335,6 +339,7 @@ void GpuPlanner::plan(const int32_t* counts, int32_t* plans, CUstream_st* stream
   p.counts = counts;
   p.plans = plans;
   p.timer = d.timer;
+  p.scheduled_repair = d.scheduled_repair;
   p.num_plans = num_plans;
   p.plan_words = d.layout.total_words();
   p.num_ranks = d.topo.num_ranks;

@@ -159,6 +159,9 @@ struct Batch {
   std::vector<int32_t> ids;  // [num_inputs][P][tokens * top_k]
 };
 
+// Stage 4 by pair lists and levels (GpuPlanner::set_scheduled_repair) in run_batch.
+bool g_scheduled_repair = false;
+
 int run_batch(const Batch& batch, const std::string& label) {
   const Topology& topo = batch.topo;
   const int P = topo.num_ranks;
@@ -166,6 +169,7 @@ int run_batch(const Batch& batch, const std::string& label) {
   const int n = batch.tokens * batch.top_k;
   const int rows = batch.num_inputs * P;
   GpuPlanner planner(topo, std::max(n, 1), batch.options, rows);
+  planner.set_scheduled_repair(g_scheduled_repair);
   const int words = planner.plan_words();
 
   DeviceBuffer<int32_t> d_ids(batch.ids.size());
@@ -376,6 +380,18 @@ TEST(GpuPlanner, MatchesCpuOnRandomSkewedTokens) {
   if (test_scale() >= 1.0) {
     EXPECT_GE(checked, 100000);
   }
+}
+
+// The opt-in scheduled repair keeps the plans bit-exact too (both policies, every P).
+TEST(GpuPlanner, ScheduledRepairMatchesCpu) {
+  SKIP_WITHOUT_GPU();
+  g_scheduled_repair = true;
+  const int halo_q = check_random_inputs(variant);
+  const int iser = HasFailure() ? 0 : check_random_inputs(iser_variant);
+  g_scheduled_repair = false;
+  if (HasFailure()) return;
+  std::printf("GPU == CPU with the scheduled repair on %d + %d random inputs (halo-q + iser)\n",
+              halo_q, iser);
 }
 
 TEST(GpuPlannerIser, MatchesCpuOnRandomSkewedTokens) {
