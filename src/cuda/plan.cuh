@@ -10,10 +10,13 @@
 //                                       warp-argmax rounds
 //   2 placement (sequential passes)     warp 0, per-rank state in registers (P <= 72: <= 3
 //                                       ranks per lane); every choice a warp reduction
-//   3 slot coloring (sequential)        warp 0, used helper indices in registers, while
-//   6 transport modes, repair prep      warps 1..: one warp per broadcast (+ host bitsets)
-//   4 quota repair                      warps 1..: pair lists; warp 1: levels (P > 24), then
-//                                       trades step by step, a lane per pair (plan_repair.cuh)
+//   3 slot coloring (sequential)        warp 0, used helper indices in registers, while (P <=
+//                                       30 or scheduled repair; first, for P > 30)
+//   6 transport modes, repair prep      warps 1.. (all, P > 30): one warp per broadcast
+//   4 quota repair                      by phases (default): one of those warps per
+//                                       circle-method pair, a named barrier per phase;
+//                                       scheduled (opt-in): pair lists, then on warp 1 levels
+//                                       (P > 24) and trades, a lane per pair (plan_repair.cuh)
 //   out plan words + rewrite tables     all threads
 // The broadcasts live in shared memory; quotas are stored compactly (group members, then the
 // owner when it is outside) since Σ_b |G_b| <= P·S.
@@ -211,9 +214,19 @@ __global__ void __launch_bounds__(PlanConfig::kThreads, 1)
   // ---- stage 3, slot coloring, on warp 0; beside it on warps 1.. the repair set-up, transport
   // modes (stage 6) and quota repair (stage 4). NOTE: coloring writes only b_helper and the
   // status word, which the repair never reads; both are read after the block barrier below.
-  constexpr int first_warp = 1;
-  constexpr int num_side_warps = PlanConfig::kWarps - first_warp;
-  if (warp == 0) {
+  // The phase repair with more circle-method pairs than the 15 side warps (P > 30) would run two
+  // or three pairs per warp and phase: there warp 0 colours first and all 16 warps repair.
+  const bool beside = p.scheduled_repair || (P + (P & 1)) / 2 < PlanConfig::kWarps;
+  if (!beside) {  // CTA-uniform: the barrier is safe
+    if (warp == 0) {
+      color(st, B, lane);
+      stamp(8);
+    }
+    __syncthreads();
+  }
+  const int first_warp = beside ? 1 : 0;
+  const int num_side_warps = PlanConfig::kWarps - first_warp;
+  if (beside && warp == 0) {
     color(st, B, lane);
     stamp(8);
   } else {
