@@ -114,5 +114,8 @@ class EpMoeLayer {
 
 // RuntimeConfig for this layer (one layer, one helper bank, S helper slots).
 RuntimeConfig ep_runtime_config(const LayerConfig& config);
+// The H + S slot weights of a layer on `runtime` (ep_runtime_config): its home bundles, then the
+// helper slots of bank 0, each bundle w13 then w2 (EpMoeLayer::fill_weights).
+std::vector<SlotWeights> ep_slot_weights(const LayerConfig& config, Runtime& runtime);
 
 }  // namespace iser::moe

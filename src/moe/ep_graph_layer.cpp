@@ -432,18 +432,8 @@ GraphEpMoeLayer::GraphEpMoeLayer(const LayerConfig& config, Runtime& runtime, nc
     for (int h = 0; h < topo.num_slots; ++h) f.dst[h] = runtime.helper_slot(0, 0, h);
   }
 
-  // Slot weights as EpMoeLayer's: home bundles (w13 then w2) and the helper slots of bank 0.
-  std::vector<SlotWeights> slot_weights;
-  const int64_t w13_bytes = config.shape.w13_elems() * 2;
-  for (int h = 0; h < topo.experts_per_rank(); ++h) {
-    auto* bundle = static_cast<char*>(runtime.home_bundle(0, 0, h));
-    slot_weights.push_back({bundle, bundle + w13_bytes});
-  }
-  for (int h = 0; h < topo.num_slots; ++h) {
-    auto* slot = static_cast<char*>(runtime.helper_slot(0, 0, h));
-    slot_weights.push_back({slot, slot + w13_bytes});
-  }
-  s.mlp->set_weights(slot_weights, s.main);
+  // Slot weights as EpMoeLayer's: home bundles and the helper slots of bank 0.
+  s.mlp->set_weights(ep_slot_weights(config, runtime), s.main);
   s.shared_mlp->set_weights(std::vector<SlotWeights>{s.shared->slot(0)}, s.main);
   ISER_CUDA_CHECK(cudaStreamSynchronize(s.main));
 }

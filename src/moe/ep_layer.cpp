@@ -99,6 +99,20 @@ PlannerKind planner_from_string(std::string_view name) {
   throw Error(fmt::format("planner '{}': expected auto, gpu or host", name));
 }
 
+std::vector<SlotWeights> ep_slot_weights(const LayerConfig& config, Runtime& runtime) {
+  std::vector<SlotWeights> weights;
+  const int64_t w13_bytes = config.shape.w13_elems() * 2;
+  for (int h = 0; h < config.topo.experts_per_rank(); ++h) {
+    auto* bundle = static_cast<char*>(runtime.home_bundle(0, 0, h));
+    weights.push_back({bundle, bundle + w13_bytes});
+  }
+  for (int h = 0; h < config.topo.num_slots; ++h) {
+    auto* slot = static_cast<char*>(runtime.helper_slot(0, 0, h));
+    weights.push_back({slot, slot + w13_bytes});
+  }
+  return weights;
+}
+
 RuntimeConfig ep_runtime_config(const LayerConfig& config) {
   RuntimeConfig rc;
   rc.num_ranks = config.topo.num_ranks;
@@ -377,19 +391,9 @@ EpMoeLayer::EpMoeLayer(const LayerConfig& config, Runtime& runtime, ncclComm* co
     ISER_CUDA_CHECK(cudaStreamSynchronize(s.copy));
   }
 
-  // Slot weights: home bundles and helper slots of the runtime's symmetric memory (bundle =
-  // w13 then w2, see fill_weights), the shared expert in its own bank.
-  std::vector<SlotWeights> weights;
-  const int64_t w13_bytes = config.shape.w13_elems() * 2;
-  for (int h = 0; h < topo.experts_per_rank(); ++h) {
-    auto* bundle = static_cast<char*>(runtime.home_bundle(0, 0, h));
-    weights.push_back({bundle, bundle + w13_bytes});
-  }
-  for (int h = 0; h < topo.num_slots; ++h) {
-    auto* slot = static_cast<char*>(runtime.helper_slot(0, 0, h));
-    weights.push_back({slot, slot + w13_bytes});
-  }
-  s.mlp->set_weights(weights, s.main);
+  // Slot weights: home bundles and helper slots of the runtime's symmetric memory, the shared
+  // expert in its own bank.
+  s.mlp->set_weights(ep_slot_weights(config, runtime), s.main);
   s.shared_mlp->set_weights(std::vector<SlotWeights>{s.shared->slot(0)}, s.main);
   ISER_CUDA_CHECK(cudaStreamSynchronize(s.main));
 }
