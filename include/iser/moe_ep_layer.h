@@ -117,5 +117,9 @@ RuntimeConfig ep_runtime_config(const LayerConfig& config);
 // The H + S slot weights of a layer on `runtime` (ep_runtime_config): its home bundles, then the
 // helper slots of bank 0, each bundle w13 then w2 (EpMoeLayer::fill_weights).
 std::vector<SlotWeights> ep_slot_weights(const LayerConfig& config, Runtime& runtime);
+// fill_weights of both EP layers: rank `rank`'s home bundles on `runtime` (global ids r*H + h)
+// and the shared expert (id E) get fill_expert_random values; synchronizes `stream`.
+void fill_ep_weights(const LayerConfig& config, Runtime& runtime, int rank, ExpertBank& shared,
+                     uint64_t seed, float scale, Stream stream);
 
 }  // namespace iser::moe

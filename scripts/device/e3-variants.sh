@@ -5,20 +5,16 @@
 # variant with the fastest balanced time (the fair baseline). Logs and JSON go to $OUT.
 # Binaries: prebuilt ones in $PREBUILT (built elsewhere with CUDA 13.0) when they run here,
 # else a Release build in build/dev.
-export NCCL_NVLS_ENABLE=0 TORCH_SYMM_MEM_DISABLE_MULTICAST=1 NVSHMEM_DISABLE_NVLS=1
+source "$(dirname "$0")/common.sh"
 export ISER_SHARED_DATA=${ISER_SHARED_DATA:-$PWD/../shared/data}
 export ISER_DATA_DIR=${ISER_DATA_DIR:-$PWD/data}
 export LD_LIBRARY_PATH=/usr/local/cuda/lib64${LD_LIBRARY_PATH:+:$LD_LIBRARY_PATH}
-O=${OUT:-/tmp}
 MATRIX=${MATRIX:-4:0:off,4:1:off,4:1:128,4:1:32,4:1:8,8:1:8}
-t0=$(date +%s); el() { echo "$(( $(date +%s) - t0 )) s"; }
-date -u | tee $O/date.log
-nvidia-smi --query-gpu=name,driver_version,clocks.sm --format=csv,noheader | tee -a $O/date.log
+header
 BIN=${PREBUILT:-prebuilt}
 if ! $BIN/iser_gpu_tests --gtest_list_tests > /dev/null 2>&1 || ! $BIN/bench_moe_e3 --help > /dev/null 2>&1; then
   echo "prebuilt binaries do not run here; building"
-  cmake -S . -B build/dev -DCMAKE_BUILD_TYPE=Release -DISER_CUDA=ON -DCMAKE_CUDA_ARCHITECTURES=90a -DISER_BUILD_BENCH=ON > $O/cfg.log 2>&1 || { tail -30 $O/cfg.log; exit 1; }
-  cmake --build build/dev -j16 --target iser_gpu_tests bench_moe_e3 > $O/build.log 2>&1 || { grep -B2 -A8 -E "error|Error" $O/build.log | head -60; exit 1; }
+  build_targets build/dev iser_gpu_tests bench_moe_e3 || exit 1
   BIN=$O/bin; mkdir -p $BIN; cp build/dev/tests/iser_gpu_tests build/dev/bench/bench_moe_e3 $BIN/
 fi
 echo "binaries ready $(el)"

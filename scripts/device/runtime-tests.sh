@@ -3,15 +3,11 @@
 # stalled copy / consumer, and with 2 GPUs the two-process tests), then compute-sanitizer
 # (memcheck, racecheck, synccheck) on the logical-rank and graph-replay tests. Logs go to $OUT.
 # PREBUILT=dir runs binaries built elsewhere (iser_gpu_tests); otherwise builds into $BUILD.
-export NCCL_NVLS_ENABLE=0 TORCH_SYMM_MEM_DISABLE_MULTICAST=1 NVSHMEM_DISABLE_NVLS=1
-O=${OUT:-/tmp}
-date -u | tee $O/date.log
-nvidia-smi --query-gpu=name,driver_version,clocks.sm --format=csv,noheader | tee -a $O/date.log
-t0=$(date +%s); el() { echo "$(( $(date +%s) - t0 )) s"; }
+source "$(dirname "$0")/common.sh"
+header
 B=${BUILD:-build/gpu}
 if [ -z "$PREBUILT" ]; then
-  cmake -S . -B $B -DCMAKE_BUILD_TYPE=Release -DISER_CUDA=ON -DCMAKE_CUDA_ARCHITECTURES=90a -DISER_BUILD_BENCH=ON > $O/cfg.log 2>&1 || { tail -30 $O/cfg.log; exit 1; }
-  cmake --build $B -j16 --target iser_gpu_tests > $O/build.log 2>&1 || { grep -B2 -A8 -E "error|Error" $O/build.log | head -60; exit 1; }
+  build_targets $B iser_gpu_tests || exit 1
   T=$B/tests/iser_gpu_tests
 else
   T=$PREBUILT/iser_gpu_tests

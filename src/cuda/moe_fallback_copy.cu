@@ -4,6 +4,7 @@
 // helper GEMMs run after this kernel on the same stream (or on lanes forked from it), so they
 // read the refilled bytes. A late write of the timed-out replicate into the same slot stores the
 // same bytes (a byte copy of the same home bundle), so it cannot change what the GEMMs read.
+#include "cuda/grid_copy.cuh"
 #include "cuda/launch_check.h"
 #include "cuda/moe_kernels.h"
 
@@ -16,14 +17,7 @@ __global__ void __launch_bounds__(FallbackCopyConfig::kThreads)
   const int32_t expert = params.expert[slot];
   if (expert < 0 || params.slot_expert[params.slot_base + slot] == expert) return;
   if (blockIdx.x == 0 && threadIdx.x == 0) atomicAdd(params.fallback_slots, 1u);
-  const auto* src = static_cast<const uint4*>(params.src[slot]);
-  auto* dst = static_cast<uint4*>(params.dst[slot]);
-  const int64_t num_vecs = params.bytes / 16;
-  const int64_t stride = static_cast<int64_t>(gridDim.x) * blockDim.x;
-  for (int64_t i = static_cast<int64_t>(blockIdx.x) * blockDim.x + threadIdx.x; i < num_vecs;
-       i += stride) {
-    dst[i] = src[i];
-  }
+  grid_x_copy(params.dst[slot], params.src[slot], params.bytes);
 }
 
 }  // namespace

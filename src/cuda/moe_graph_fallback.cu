@@ -5,6 +5,7 @@
 // write of the timed-out replication stores the same bytes.
 #include <climits>
 
+#include "cuda/grid_copy.cuh"
 #include "cuda/launch_check.h"
 #include "cuda/moe_graph_kernels.h"
 
@@ -32,15 +33,8 @@ __global__ void __launch_bounds__(GraphFallbackConfig::kThreads)
     return;
   }
   if (blockIdx.x == 0 && threadIdx.x == 0) atomicAdd(p.fallback_slots, 1u);
-  const auto* src = reinterpret_cast<const uint4*>(
-      p.home_base[op.owner] + (op.expert % p.experts_per_rank) * p.home_stride);
-  auto* dst = static_cast<uint4*>(p.dst[helper]);
-  const int64_t num_vecs = p.bytes / 16;
-  const int64_t stride = static_cast<int64_t>(gridDim.x) * blockDim.x;
-  for (int64_t i = static_cast<int64_t>(blockIdx.x) * blockDim.x + threadIdx.x; i < num_vecs;
-       i += stride) {
-    dst[i] = src[i];
-  }
+  grid_x_copy(p.dst[helper],
+              p.home_base[op.owner] + (op.expert % p.experts_per_rank) * p.home_stride, p.bytes);
 }
 
 }  // namespace

@@ -467,16 +467,7 @@ void GraphEpMoeLayer::set_copy_hook(std::function<void(Stream)> hook) {
 
 void GraphEpMoeLayer::fill_weights(uint64_t seed, float scale) {
   Impl& s = *impl_;
-  const Topology& topo = s.config.topo;
-  const int64_t w13_bytes = s.config.shape.w13_elems() * 2;
-  for (int h = 0; h < topo.experts_per_rank(); ++h) {
-    auto* bundle = static_cast<char*>(s.runtime->home_bundle(0, 0, h));
-    fill_expert_random(bundle, bundle + w13_bytes, s.config.shape,
-                       topo.first_home_expert(s.rank) + h, seed, scale, s.main);
-  }
-  fill_expert_random(s.shared->w13(0), s.shared->w2(0), s.config.shape, topo.num_experts, seed,
-                     scale, s.main);
-  ISER_CUDA_CHECK(cudaStreamSynchronize(s.main));
+  fill_ep_weights(s.config, *s.runtime, s.rank, *s.shared, seed, scale, s.main);
 }
 
 void GraphEpMoeLayer::enqueue() {

@@ -113,6 +113,20 @@ std::vector<SlotWeights> ep_slot_weights(const LayerConfig& config, Runtime& run
   return weights;
 }
 
+void fill_ep_weights(const LayerConfig& config, Runtime& runtime, int rank, ExpertBank& shared,
+                     uint64_t seed, float scale, Stream stream) {
+  const Topology& topo = config.topo;
+  const int64_t w13_bytes = config.shape.w13_elems() * 2;
+  for (int h = 0; h < topo.experts_per_rank(); ++h) {
+    auto* bundle = static_cast<char*>(runtime.home_bundle(0, 0, h));
+    fill_expert_random(bundle, bundle + w13_bytes, config.shape, topo.first_home_expert(rank) + h,
+                       seed, scale, stream);
+  }
+  fill_expert_random(shared.w13(0), shared.w2(0), config.shape, topo.num_experts, seed, scale,
+                     stream);
+  ISER_CUDA_CHECK(cudaStreamSynchronize(stream));
+}
+
 RuntimeConfig ep_runtime_config(const LayerConfig& config) {
   RuntimeConfig rc;
   rc.num_ranks = config.topo.num_ranks;
@@ -406,16 +420,7 @@ EpMoeLayer::~EpMoeLayer() {
 
 void EpMoeLayer::fill_weights(uint64_t seed, float scale) {
   Impl& s = *impl_;
-  const Topology& topo = s.config.topo;
-  const int64_t w13_bytes = s.config.shape.w13_elems() * 2;
-  for (int h = 0; h < topo.experts_per_rank(); ++h) {
-    auto* bundle = static_cast<char*>(s.runtime->home_bundle(0, 0, h));
-    fill_expert_random(bundle, bundle + w13_bytes, s.config.shape,
-                       topo.first_home_expert(s.rank) + h, seed, scale, s.main);
-  }
-  fill_expert_random(s.shared->w13(0), s.shared->w2(0), s.config.shape, topo.num_experts, seed,
-                     scale, s.main);
-  ISER_CUDA_CHECK(cudaStreamSynchronize(s.main));
+  fill_ep_weights(s.config, *s.runtime, s.rank, *s.shared, seed, scale, s.main);
 }
 
 LayerInvocationStats EpMoeLayer::forward(const void* input, std::span<const int32_t> topk_ids,

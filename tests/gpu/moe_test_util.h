@@ -6,8 +6,10 @@
 #include <vector>
 
 #include <cuda_runtime.h>
+#include <nccl.h>
 
 #include "iser/error.h"
+#include "moe/device_buffer.h"
 
 namespace iser::moe::testing {
 
@@ -27,6 +29,25 @@ inline std::vector<uint16_t> download(const void* ptr, size_t elems) {
   std::vector<uint16_t> host(elems);
   ISER_CUDA_CHECK(cudaMemcpy(host.data(), ptr, elems * 2, cudaMemcpyDeviceToHost));
   return host;
+}
+
+// Every rank of `comm` past every GPU operation enqueued so far (an NCCL all-reduce of one float
+// in `scratch`, then a device synchronize).
+inline void rank_barrier(ncclComm_t comm, DeviceBuffer& scratch) {
+  ISER_NCCL_CHECK(
+      ncclAllReduce(scratch.get(), scratch.get(), 1, ncclFloat, ncclSum, comm, nullptr));
+  ISER_CUDA_CHECK(cudaDeviceSynchronize());
+}
+
+// The first of `num_tokens` tokens (rows of `hidden` bf16 values) whose bytes differ between a
+// and b, or -1 when all are bitwise equal.
+inline int first_differing_token(const std::vector<uint16_t>& a, const std::vector<uint16_t>& b,
+                                 int num_tokens, int hidden) {
+  const size_t he = static_cast<size_t>(hidden);
+  for (int t = 0; t < num_tokens; ++t) {
+    if (std::memcmp(a.data() + t * he, b.data() + t * he, he * 2) != 0) return t;
+  }
+  return -1;
 }
 
 // Skewed routing: low expert ids (rank 0's home experts) are hot; k distinct experts per token;

@@ -29,6 +29,7 @@ namespace {
 using ::iser::testing::child_env;
 using ::iser::testing::RankEnv;
 using ::iser::testing::run_as_ranks;
+using testing::rank_barrier;
 
 constexpr int kReplays = 24;
 
@@ -71,13 +72,6 @@ void invocation_routes(int invocation, int num_tokens, int top_k, int num_expert
       weights[t * top_k + j] = static_cast<float>(0.05 + 0.95 * next());
     }
   }
-}
-
-// Both ranks past every GPU operation enqueued so far.
-void rank_barrier(ncclComm_t comm, DeviceBuffer& scratch) {
-  ISER_NCCL_CHECK(
-      ncclAllReduce(scratch.get(), scratch.get(), 1, ncclFloat, ncclSum, comm, nullptr));
-  ISER_CUDA_CHECK(cudaDeviceSynchronize());
 }
 
 // This rank's slice of invocation `invocation`: ids, weights and its input rows (in `input`).
@@ -162,12 +156,10 @@ void replays_match_eager_off(const RankEnv& rank_env, bool size_aware) {
       EXPECT_EQ(result.fallback_slots, 0u);
       EXPECT_FALSE(result.plan_rejected);
       const auto got = testing::download(layer->output(), elems);
-      for (int t = 0; t < config.tokens_per_rank; ++t) {
-        const size_t he = config.shape.hidden;
-        ASSERT_EQ(0, std::memcmp(want.data() + t * he, got.data() + t * he, he * 2))
-            << "rank " << env->rank << " invocation " << invocation << " token " << t << ": graph "
-            << (layer == &graph_on ? "ON" : "OFF") << " != eager OFF";
-      }
+      ASSERT_EQ(-1, testing::first_differing_token(want, got, config.tokens_per_rank,
+                                                   config.shape.hidden))
+          << "rank " << env->rank << " invocation " << invocation << ": graph "
+          << (layer == &graph_on ? "ON" : "OFF") << " != eager OFF at this token";
     }
   }
   // Every routing here replicates (checked against the host planner when the test was written);

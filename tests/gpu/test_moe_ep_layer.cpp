@@ -23,6 +23,7 @@ namespace {
 using ::iser::testing::child_env;
 using ::iser::testing::RankEnv;
 using ::iser::testing::run_as_ranks;
+using testing::rank_barrier;
 
 // The two-rank case every test here runs: EP2, E = 16, S = 2 (g_min 2), 2048 x 1024 experts,
 // top-4, 256 tokens per rank; this rank's slice of one global token stream (tokens
@@ -57,23 +58,11 @@ struct TwoRankCase {
   }
 };
 
-// Both ranks past every GPU operation enqueued so far (an NCCL all-reduce on `scratch`).
-void rank_barrier(ncclComm_t comm, DeviceBuffer& scratch) {
-  ISER_NCCL_CHECK(
-      ncclAllReduce(scratch.get(), scratch.get(), 1, ncclFloat, ncclSum, comm, nullptr));
-  ISER_CUDA_CHECK(cudaDeviceSynchronize());
-}
-
 TEST(MoeEpLayer, TwoRanksOnAndOffBitwiseIdentical) {
   ISER_AS_RANKS(2, 300);
   Communicator comm = Communicator::from_unique_id_file(env->id_file, env->rank, env->world);
   TwoRankCase setup(env->rank);
-  const LayerConfig& config = setup.config;
-  const int tau = setup.tau;
-  const size_t elems = setup.elems;
-  const std::vector<int32_t>& ids = setup.ids;
-  const std::vector<float>& weights = setup.weights;
-  DeviceBuffer& input = setup.input;
+  auto& [config, tau, ids, weights, elems, input] = setup;
   Runtime runtime(ep_runtime_config(config), comm);
   EpMoeLayer layer(config, runtime, comm.get());
   layer.fill_weights(21, 1.0f / 45.0f);
@@ -92,13 +81,11 @@ TEST(MoeEpLayer, TwoRanksOnAndOffBitwiseIdentical) {
   const auto a = testing::download(out_off.get(), elems);
   const auto b = testing::download(out_on.get(), elems);
   const auto c = testing::download(out_again.get(), elems);
-  for (int t = 0; t < tau; ++t) {
-    const size_t he = config.shape.hidden;
-    ASSERT_EQ(0, std::memcmp(a.data() + t * he, b.data() + t * he, he * 2))
-        << "rank " << env->rank << " token " << t << " differs between OFF and ON";
-    ASSERT_EQ(0, std::memcmp(b.data() + t * he, c.data() + t * he, he * 2))
-        << "rank " << env->rank << " token " << t << " differs between two ON invocations";
-  }
+  const int he = config.shape.hidden;
+  EXPECT_EQ(-1, testing::first_differing_token(a, b, tau, he))
+      << "rank " << env->rank << ": this token differs between OFF and ON";
+  EXPECT_EQ(-1, testing::first_differing_token(b, c, tau, he))
+      << "rank " << env->rank << ": this token differs between two ON invocations";
 }
 
 // The GPU-planned mode: the plan the device made (decoded on the host) is the host planner's plan
@@ -109,12 +96,7 @@ TEST(MoeEpLayer, GpuPlannerMatchesHostPlannerBitwise) {
   ISER_AS_RANKS(2, 300);
   Communicator comm = Communicator::from_unique_id_file(env->id_file, env->rank, env->world);
   TwoRankCase setup(env->rank);
-  const LayerConfig& config = setup.config;
-  const int tau = setup.tau;
-  const size_t elems = setup.elems;
-  const std::vector<int32_t>& ids = setup.ids;
-  const std::vector<float>& weights = setup.weights;
-  DeviceBuffer& input = setup.input;
+  auto& [config, tau, ids, weights, elems, input] = setup;
   DeviceBuffer out(elems * 2), barrier(sizeof(float));
   // One invocation: returns its stats and timings, the output in `result`.
   const auto invoke = [&](EpMoeLayer& layer, bool balance, std::vector<uint16_t>& result,
@@ -159,13 +141,10 @@ TEST(MoeEpLayer, GpuPlannerMatchesHostPlannerBitwise) {
   EXPECT_GT(gpu_times.gpu_plan_ms, 0.0f);
   EXPECT_GT(gpu_times.copy_ms, 0.0f);
   EXPECT_EQ(gpu_times.fallback_slots, 0u);
-  const size_t he = config.shape.hidden;
   const auto same = [&](const std::vector<uint16_t>& a, const std::vector<uint16_t>& b,
                         const char* what) {
-    for (int t = 0; t < tau; ++t) {
-      ASSERT_EQ(0, std::memcmp(a.data() + t * he, b.data() + t * he, he * 2))
-          << "rank " << env->rank << " token " << t << ": " << what;
-    }
+    EXPECT_EQ(-1, testing::first_differing_token(a, b, tau, config.shape.hidden))
+        << "rank " << env->rank << ": " << what << " at this token";
   };
   same(off, host_on, "OFF != host-planned ON");
   same(host_on, gpu_on, "host-planned ON != GPU-planned ON");
@@ -181,12 +160,7 @@ void stalled_copy_falls_back(const RankEnv& rank_env, PlannerKind planner) {
   const RankEnv* env = &rank_env;
   Communicator comm = Communicator::from_unique_id_file(env->id_file, env->rank, env->world);
   TwoRankCase setup(env->rank);
-  const LayerConfig& config = setup.config;
-  const int tau = setup.tau;
-  const size_t elems = setup.elems;
-  const std::vector<int32_t>& ids = setup.ids;
-  const std::vector<float>& weights = setup.weights;
-  DeviceBuffer& input = setup.input;
+  auto& [config, tau, ids, weights, elems, input] = setup;
   RuntimeConfig runtime_config = ep_runtime_config(config);
   runtime_config.timeout_us = 200'000;  // the gate gives up long before the stall ends
   Runtime runtime(runtime_config, comm);
@@ -232,13 +206,11 @@ void stalled_copy_falls_back(const RankEnv& rank_env, PlannerKind planner) {
   const auto a = testing::download(out_off.get(), elems);
   const auto b = testing::download(out_on.get(), elems);
   const auto c = testing::download(out_again.get(), elems);
-  for (int t = 0; t < tau; ++t) {
-    const size_t he = config.shape.hidden;
-    ASSERT_EQ(0, std::memcmp(a.data() + t * he, b.data() + t * he, he * 2))
-        << "rank " << env->rank << " token " << t << " differs between OFF and the stalled ON";
-    ASSERT_EQ(0, std::memcmp(a.data() + t * he, c.data() + t * he, he * 2))
-        << "rank " << env->rank << " token " << t << " differs between OFF and the next ON";
-  }
+  const int he = config.shape.hidden;
+  EXPECT_EQ(-1, testing::first_differing_token(a, b, tau, he))
+      << "rank " << env->rank << ": this token differs between OFF and the stalled ON";
+  EXPECT_EQ(-1, testing::first_differing_token(a, c, tau, he))
+      << "rank " << env->rank << ": this token differs between OFF and the next ON";
   EXPECT_FALSE(stalled.plan_rejected);
   EXPECT_FALSE(again.plan_rejected);
 }
@@ -250,11 +222,7 @@ TEST(MoeEpLayer, RejectedGpuPlanRunsUnbalanced) {
   ISER_AS_RANKS(2, 300);
   Communicator comm = Communicator::from_unique_id_file(env->id_file, env->rank, env->world);
   TwoRankCase setup(env->rank);
-  const LayerConfig& config = setup.config;
-  const size_t elems = setup.elems;
-  const std::vector<int32_t>& ids = setup.ids;
-  const std::vector<float>& weights = setup.weights;
-  DeviceBuffer& input = setup.input;
+  auto& [config, tau, ids, weights, elems, input] = setup;
   Runtime runtime(ep_runtime_config(config), comm);
   EpLayerOptions options;
   options.planner = PlannerKind::kGpu;
