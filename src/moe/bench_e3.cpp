@@ -32,6 +32,7 @@
 #include "iser/moe_bench.h"
 #include "iser/policy.h"
 #include "iser/trace.h"
+#include "moe/bench_routing.h"
 #include "moe/device_buffer.h"
 
 namespace iser::moe {
@@ -91,24 +92,6 @@ Variant parse_variant(const std::string& spec, GemmBackend backend) {
     v.options.min_tail_granule = static_cast<int>(granule);
   }
   return v;
-}
-
-std::vector<int> parse_layers(const std::string& spec, int num_layers) {
-  std::vector<int> layers;
-  if (spec.find(':') != std::string::npos) {
-    int first = 0, last = 0, step = 1;
-    ISER_CHECK(std::sscanf(spec.c_str(), "%d:%d:%d", &first, &last, &step) == 3 && step > 0,
-               "--layers '{}': expected first:last:step", spec);
-    for (int l = first; l <= last; l += step) layers.push_back(l);
-  } else {
-    std::stringstream fields(spec);
-    std::string field;
-    while (std::getline(fields, field, ',')) layers.push_back(std::stoi(field));
-  }
-  for (int l : layers) {
-    ISER_CHECK(l >= 0 && l < num_layers, "--layers: layer {} outside [0, {})", l, num_layers);
-  }
-  return layers;
 }
 
 // ---- timing --------------------------------------------------------------------------------
@@ -466,12 +449,7 @@ int run(const E3Options& opt) {
     ISER_CHECK(routing == "power-law" || routing == "trace",
                "--routing '{}': expected power-law or trace", routing);
     if (routing == "trace") {
-      trace = open_trace(opt.trace_path.empty() ? bundled_default_trace()
-                                                : std::filesystem::path(opt.trace_path));
-      const TraceMetadata& meta = trace->metadata();
-      ISER_CHECK(meta.num_experts == opt.num_experts && meta.top_k == opt.top_k,
-                 "--trace {}: E = {}, top-k = {}; the benchmark runs E = {}, top-k = {}",
-                 meta.source, meta.num_experts, meta.top_k, opt.num_experts, opt.top_k);
+      trace = open_bench_trace(opt.trace_path, opt.num_experts, opt.top_k);
     }
   }
   SyntheticOptions synthetic;

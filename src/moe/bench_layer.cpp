@@ -30,6 +30,7 @@
 #include "iser/moe_ep_graph.h"
 #include "iser/moe_ep_layer.h"
 #include "iser/trace.h"
+#include "moe/bench_routing.h"
 #include "moe/device_buffer.h"
 
 extern char** environ;
@@ -47,6 +48,11 @@ struct LayerBenchOptions {
   ExpertShape shape;
   std::vector<std::string> routings = {"power-law", "balanced"};
   double alpha = 0.8;
+  // --routing trace: routes sampled from these layers of a routing trace (empty: the bundled
+  // one), one row per layer; 15 and 33 are the bundled data's most skewed layers at EP2 (R 1.25
+  // and 1.21 without balancing).
+  std::string trace_path;
+  std::string layers = "15,33";
   int warmup = 3;
   int iters = 20;
   uint64_t seed = 1;
@@ -217,9 +223,19 @@ int run_rank(const LayerBenchOptions& opt, int rank, int world, const std::strin
                  graph->on->dims().slot_rows, opt.graph == 2 ? ", size-aware" : "");
     }
   }
+  // The routings, each the whole token stream of one invocation (every rank's tau tokens).
+  std::vector<std::pair<std::string, std::vector<int32_t>>> routings;
   for (const std::string& routing : opt.routings) {
-    ISER_CHECK(routing == "power-law" || routing == "balanced",
-               "--routing '{}': expected power-law or balanced", routing);
+    ISER_CHECK(routing == "power-law" || routing == "balanced" || routing == "trace",
+               "--routing '{}': expected power-law, balanced or trace", routing);
+    if (routing == "trace") {
+      const auto trace = open_bench_trace(opt.trace_path, opt.num_experts, opt.top_k);
+      for (int l : parse_layers(opt.layers, trace->metadata().num_layers)) {
+        routings.emplace_back(fmt::format("trace:L{}", l),
+                              trace->tokens(l, 0, opt.num_ranks, opt.tokens));
+      }
+      continue;
+    }
     // balanced = the power-law generator with exponent 0 (uniform popularity).
     SyntheticOptions synthetic;
     synthetic.num_experts = opt.num_experts;
@@ -227,8 +243,10 @@ int run_rank(const LayerBenchOptions& opt, int rank, int world, const std::strin
     synthetic.num_layers = 1;
     synthetic.alpha = routing == "balanced" ? 0.0 : opt.alpha;
     synthetic.seed = opt.seed;
-    const std::vector<int32_t> all_ids =
-        make_synthetic(synthetic)->tokens(0, 0, opt.num_ranks, opt.tokens);
+    routings.emplace_back(routing,
+                          make_synthetic(synthetic)->tokens(0, 0, opt.num_ranks, opt.tokens));
+  }
+  for (const auto& [routing, all_ids] : routings) {
     const std::vector<int32_t> ids(all_ids.begin() + rank * local_routes,
                                    all_ids.begin() + (rank + 1) * local_routes);
     // Gate weights in [0.05, 1): mt19937_64's output sequence is fixed by the standard.
@@ -337,7 +355,10 @@ int layer_main(const std::vector<std::string>& args,
   app.add_option("--g-min", opt.g_min, "smallest aligned group");
   app.add_option("--hidden", opt.shape.hidden, "expert hidden size He");
   app.add_option("--intermediate", opt.shape.intermediate, "expert intermediate size I");
-  app.add_option("--routing", opt.routings, "power-law and/or balanced")->delimiter(',');
+  app.add_option("--routing", opt.routings, "power-law, balanced and/or trace")->delimiter(',');
+  app.add_option("--trace", opt.trace_path, "--routing trace: routing trace (default: bundled)");
+  app.add_option("--layers", opt.layers,
+                 "--routing trace: trace layers, first:last:step or a comma list");
   app.add_option("--alpha", opt.alpha, "power-law exponent");
   app.add_option("-w,--warmup", opt.warmup, "warm-up iterations");
   app.add_option("-n,--iters", opt.iters, "timed iterations (median)");
