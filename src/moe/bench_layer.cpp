@@ -63,6 +63,35 @@ struct LayerBenchOptions {
   int graph = 0;
 };
 
+// The routings of --routing, each (label, the whole token stream of one invocation: every rank's
+// tau tokens). Throws iser::Error on a bad routing name, trace or layer list.
+std::vector<std::pair<std::string, std::vector<int32_t>>> make_routings(
+    const LayerBenchOptions& opt) {
+  std::vector<std::pair<std::string, std::vector<int32_t>>> routings;
+  for (const std::string& routing : opt.routings) {
+    ISER_CHECK(routing == "power-law" || routing == "balanced" || routing == "trace",
+               "--routing '{}': expected power-law, balanced or trace", routing);
+    if (routing == "trace") {
+      const auto trace = open_bench_trace(opt.trace_path, opt.num_experts, opt.top_k);
+      for (int l : parse_layers(opt.layers, trace->metadata().num_layers)) {
+        routings.emplace_back(fmt::format("trace:L{}", l),
+                              trace->tokens(l, 0, opt.num_ranks, opt.tokens));
+      }
+      continue;
+    }
+    // balanced = the power-law generator with exponent 0 (uniform popularity).
+    SyntheticOptions synthetic;
+    synthetic.num_experts = opt.num_experts;
+    synthetic.top_k = opt.top_k;
+    synthetic.num_layers = 1;
+    synthetic.alpha = routing == "balanced" ? 0.0 : opt.alpha;
+    synthetic.seed = opt.seed;
+    routings.emplace_back(routing,
+                          make_synthetic(synthetic)->tokens(0, 0, opt.num_ranks, opt.tokens));
+  }
+  return routings;
+}
+
 // Spawns the ranks and waits for them; returns 0 when every rank exited with 0.
 int launch_ranks(int world, const std::vector<std::string>& argv_tail) {
   char dir[] = "/tmp/iser-bench-XXXXXX";
@@ -223,30 +252,7 @@ int run_rank(const LayerBenchOptions& opt, int rank, int world, const std::strin
                  graph->on->dims().slot_rows, opt.graph == 2 ? ", size-aware" : "");
     }
   }
-  // The routings, each the whole token stream of one invocation (every rank's tau tokens).
-  std::vector<std::pair<std::string, std::vector<int32_t>>> routings;
-  for (const std::string& routing : opt.routings) {
-    ISER_CHECK(routing == "power-law" || routing == "balanced" || routing == "trace",
-               "--routing '{}': expected power-law, balanced or trace", routing);
-    if (routing == "trace") {
-      const auto trace = open_bench_trace(opt.trace_path, opt.num_experts, opt.top_k);
-      for (int l : parse_layers(opt.layers, trace->metadata().num_layers)) {
-        routings.emplace_back(fmt::format("trace:L{}", l),
-                              trace->tokens(l, 0, opt.num_ranks, opt.tokens));
-      }
-      continue;
-    }
-    // balanced = the power-law generator with exponent 0 (uniform popularity).
-    SyntheticOptions synthetic;
-    synthetic.num_experts = opt.num_experts;
-    synthetic.top_k = opt.top_k;
-    synthetic.num_layers = 1;
-    synthetic.alpha = routing == "balanced" ? 0.0 : opt.alpha;
-    synthetic.seed = opt.seed;
-    routings.emplace_back(routing,
-                          make_synthetic(synthetic)->tokens(0, 0, opt.num_ranks, opt.tokens));
-  }
-  for (const auto& [routing, all_ids] : routings) {
+  for (const auto& [routing, all_ids] : make_routings(opt)) {
     const std::vector<int32_t> ids(all_ids.begin() + rank * local_routes,
                                    all_ids.begin() + (rank + 1) * local_routes);
     // Gate weights in [0.05, 1): mt19937_64's output sequence is fixed by the standard.
@@ -380,6 +386,7 @@ int layer_main(const std::vector<std::string>& args,
     const char* world = std::getenv("ISER_BENCH_WORLD");
     const char* id_file = std::getenv("ISER_BENCH_ID_FILE");
     if (rank == nullptr || world == nullptr || id_file == nullptr) {
+      make_routings(opt);  // bad routing flags are reported here, before any rank starts
       int devices = 0;
       ISER_CUDA_CHECK(cudaGetDeviceCount(&devices));
       ISER_CHECK(devices >= opt.num_ranks, "-P {}: only {} GPU(s) visible", opt.num_ranks, devices);
