@@ -46,9 +46,10 @@ struct TwoRankCase {
     std::vector<int32_t> all_ids;
     std::vector<float> all_weights;
     testing::make_routes(2 * tau, top_k, config.topo.num_experts, all_ids, all_weights);
-    ids.assign(all_ids.begin() + rank * tau * top_k, all_ids.begin() + (rank + 1) * tau * top_k);
-    weights.assign(all_weights.begin() + rank * tau * top_k,
-                   all_weights.begin() + (rank + 1) * tau * top_k);
+    const ptrdiff_t first = ptrdiff_t{rank} * tau * top_k;
+    const ptrdiff_t last = first + ptrdiff_t{tau} * top_k;
+    ids.assign(all_ids.begin() + first, all_ids.begin() + last);
+    weights.assign(all_weights.begin() + first, all_weights.begin() + last);
     elems = static_cast<size_t>(tau) * config.shape.hidden;
     input = DeviceBuffer(elems * 2);
     cuda::launch_fill_uniform({input.get<uint16_t>(), static_cast<int64_t>(elems),
@@ -101,10 +102,12 @@ TEST(MoeEpLayer, GpuPlannerMatchesHostPlannerBitwise) {
   // One invocation: returns its stats and timings, the output in `result`.
   const auto invoke = [&](EpMoeLayer& layer, bool balance, std::vector<uint16_t>& result,
                           EpLayerTimings* timings = nullptr) {
-    const LayerInvocationStats stats = layer.forward(input.get(), ids, weights, balance, out.get());
+    // NOTE: setup's members, not the structured bindings: a lambda may not name those (C++17).
+    LayerInvocationStats stats =
+        layer.forward(setup.input.get(), setup.ids, setup.weights, balance, out.get());
     const EpLayerTimings t = layer.finish();
     if (timings != nullptr) *timings = t;
-    result = testing::download(out.get(), elems);
+    result = testing::download(out.get(), setup.elems);
     return stats;
   };
 
@@ -143,7 +146,7 @@ TEST(MoeEpLayer, GpuPlannerMatchesHostPlannerBitwise) {
   EXPECT_EQ(gpu_times.fallback_slots, 0u);
   const auto same = [&](const std::vector<uint16_t>& a, const std::vector<uint16_t>& b,
                         const char* what) {
-    EXPECT_EQ(-1, testing::first_differing_token(a, b, tau, config.shape.hidden))
+    EXPECT_EQ(-1, testing::first_differing_token(a, b, setup.tau, setup.config.shape.hidden))
         << "rank " << env->rank << ": " << what << " at this token";
   };
   same(off, host_on, "OFF != host-planned ON");

@@ -115,7 +115,7 @@ TEST(LogicalEpLayer, MatchesHostReference) {
       const auto w13 = download(experts.slot(e).w13, config.shape.w13_elems());
       const auto w2 = download(experts.slot(e).w2, config.shape.w2_elems());
       const std::vector<float> part = reference_gated_mlp(
-          config.shape, w13, w2, std::span<const uint16_t>(x.data() + t * he, he), 1);
+          config.shape, w13, w2, std::span<const uint16_t>(x.data() + ptrdiff_t{t} * he, he), 1);
       for (int c = 0; c < he; ++c) want[c] += weights[t * config.top_k + j] * part[c];
     }
     float scale = 0;
@@ -139,7 +139,7 @@ TEST(LogicalEpLayer, RejectsBadInput) {
   config.tokens_per_rank = 4;
   ExpertBank experts(config.shape, 8);
   LogicalEpLayer layer(config, experts);
-  DeviceBuffer buf(8 * 64 * 2);
+  DeviceBuffer buf(size_t{8} * 64 * 2);
   std::vector<int32_t> ids(16, 0);
   std::vector<float> weights(16, 1.0f);
   ids[3] = 8;  // out of range
