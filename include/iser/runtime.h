@@ -269,8 +269,9 @@ class Runtime {
   // like the configuration). Ranks may differ; takes effect with the next replicate call.
   void set_copy_shape(CopyPath path, int warps = 0, int stages = 0);
   // p2p-sami-host: the host share of the next replicate calls, in [0, config().host_share] (the
-  // staging was sized for that), and the host-lane CTAs per rank. Unlike the copy shape, every
-  // rank must use the same share (like the copy list: it decides who moves which slice).
+  // staging was sized for that), and the host-lane CTAs per rank (0: keep config().host_sms;
+  // ranks may differ). Unlike the copy shape, every rank must use the same share (like the copy
+  // list: it decides who moves which slice).
   void set_host_share(double share, int host_sms = 0);
   double host_share() const { return host_share_; }
   // Slices of every op that p2p-sami-host moves through host memory (0: none).
