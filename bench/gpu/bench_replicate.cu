@@ -6,6 +6,8 @@
 // owner's outgoing links). Every transport is measured in the same run:
 //   p2p-direct / p2p-sami / p2p-sami-owner (SM copies, 1..16 SMs per GPU; p2p-sami-owner with
 //   the owner outside: the owner pushes every (g+1)-th slice, the members pull the rest),
+//   p2p-sami-host (p2p-sami-owner for the head of each bundle, the tail (-H share) through pinned
+//   host memory over both GPUs' PCIe links on -L extra CTAs per GPU; sms = copy + host CTAs),
 //   copy-engine (cudaMemcpyAsync), and ncclBroadcast tuned over protocol x channel count x
 //   CUDA-graph launch (best reported).
 // Sections: bundles (1/4/8 x 37.16 MB), size sweep (-b..-e, x -f), count-exchange latency
@@ -219,8 +221,10 @@ void emit(World& w, const Record& r) {
 // ---- replication runs ------------------------------------------------------------------------
 
 // Runtime whose rank 0 owns `num_bundles` bundles of `bytes` (home k goes to helper slot k).
-std::unique_ptr<Runtime> make_runtime(World& w, int64_t bytes, int num_bundles, int num_banks) {
+std::unique_ptr<Runtime> make_runtime(World& w, int64_t bytes, int num_bundles, int num_banks,
+                                      double host_share) {
   RuntimeConfig c;
+  c.host_share = host_share;  // staging capacity (p2p-sami-host rows lower it per row)
   c.num_ranks = w.size;
   c.num_experts = w.size * num_bundles;
   c.num_slots = num_bundles;
@@ -328,7 +332,10 @@ void run_transport(World& w, const Options& o, Runtime& rt, const std::string& s
 // Every transport but NCCL, for each owner placement (-O): rows labelled with the group.
 void run_runtime_transports(World& w, const Options& o, const std::string& section, int64_t bytes,
                             int num_bundles) {
-  auto rt = make_runtime(w, bytes, num_bundles, o.banks);
+  const double max_share = has(o.transports, "p2p-sami-host")
+                               ? *std::max_element(o.host_shares.begin(), o.host_shares.end())
+                               : 0.0;
+  auto rt = make_runtime(w, bytes, num_bundles, o.banks, max_share);
   CopyOp* device_ops = nullptr;
   BENCH_CUDA(cudaMalloc(&device_ops, sizeof(CopyOp) * num_bundles));
   for (const std::string& owner : o.owners) {
@@ -349,11 +356,29 @@ void run_runtime_transports(World& w, const Options& o, const std::string& secti
     }
     for (const std::string& name : o.transports) {
       if (name == "nccl") continue;
-      const int mode = name == "p2p-sami"         ? iser::kCopyModeSami
-                       : name == "p2p-sami-owner" ? iser::kCopyModeSamiOwner
-                                                  : iser::kCopyModeDirect;
-      run_transport(w, o, *rt, section, bytes, num_bundles, name,
-                    owner0_to_group(num_bundles, group, mode), device_ops, finish);
+      const int mode = name == "p2p-sami" ? iser::kCopyModeSami
+                       : name == "p2p-sami-owner" || name == "p2p-sami-host"
+                           ? iser::kCopyModeSamiOwner
+                           : iser::kCopyModeDirect;
+      const std::vector<CopyOp> ops = owner0_to_group(num_bundles, group, mode);
+      if (name != "p2p-sami-host") {
+        run_transport(w, o, *rt, section, bytes, num_bundles, name, ops, device_ops, finish);
+        continue;
+      }
+      // One row per (host share, host-lane CTAs): the variant names both, sms counts both lanes.
+      for (double share : o.host_shares) {
+        for (int host_sms : o.host_sms) {
+          rt->set_host_share(share, host_sms);
+          char tag[64];
+          std::snprintf(tag, sizeof(tag), "/H%.3g+%d", share, host_sms);
+          run_transport(w, o, *rt, section, bytes, num_bundles, name, ops, device_ops,
+                        [&](Record r) {
+                          r.variant += tag;
+                          r.sms += host_sms;
+                          finish(r);
+                        });
+        }
+      }
     }
   }
   BENCH_CUDA(cudaFree(device_ops));

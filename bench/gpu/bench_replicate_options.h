@@ -1,12 +1,16 @@
 // Flags of bench_replicate (nccl-tests style pairs `-f value`; bench_replicate.cu says what runs):
 // -b/-e/-f sizes, -w warm-up, -n iterations, -c check (1/0), -G graph (1/0: also time
 // ncclBroadcast and the SM transports captured in a CUDA graph), -J JSON file, -t transports
-// (comma list of p2p-direct,p2p-sami,p2p-sami-owner,copy-engine,nccl), -s copy-SM list (per
+// (comma list of p2p-direct,p2p-sami,p2p-sami-owner,p2p-sami-host,copy-engine,nccl), -s copy-SM
+// list (per
 // GPU), -g ranks, -x sections (comma list of bundles,sweep,latency), -N bundle counts (comma
 // list), -B helper banks (1/2), -V copy shapes of the SM transports (comma list of bulk[:WxS] /
 // registers[:W]: path, warps per CTA, 8-KiB stages per warp; default bulk,registers), -O owner
 // placements (list of out, in, split; both = out,in, the default; split: owner outside, bundles
-// alternately pushed by the owner and pulled by the receivers, transport plan, >= 2 bundles).
+// alternately pushed by the owner and pulled by the receivers, transport plan, >= 2 bundles),
+// -H host shares of p2p-sami-host (comma list of fractions of each bundle's slices; default
+// kMeasuredHostShare), -L host-lane CTAs per GPU of p2p-sami-host (comma list; default
+// kDefaultHostSms; they run beside the -s copy CTAs and the sms column counts both).
 #pragma once
 
 #include <algorithm>
@@ -37,6 +41,8 @@ struct Options {
   int banks = 1;
   std::vector<std::string> shapes = {"bulk", "registers"};
   std::vector<std::string> owners = {"out", "in"};
+  std::vector<double> host_shares = {iser::kMeasuredHostShare};
+  std::vector<int> host_sms = {iser::kDefaultHostSms};
 };
 
 struct Shape {
@@ -124,6 +130,12 @@ Options parse(int argc, char** argv) {
     else if (flag == "-N") {
       o.bundle_counts.clear();
       for (const auto& s : split(value)) o.bundle_counts.push_back(std::atoi(s.c_str()));
+    } else if (flag == "-H") {
+      o.host_shares.clear();
+      for (const auto& s : split(value)) o.host_shares.push_back(std::atof(s.c_str()));
+    } else if (flag == "-L") {
+      o.host_sms.clear();
+      for (const auto& s : split(value)) o.host_sms.push_back(std::atoi(s.c_str()));
     } else if (flag == "-s") {
       o.sms.clear();
       for (const auto& s : split(value)) o.sms.push_back(std::atoi(s.c_str()));
@@ -140,6 +152,18 @@ Options parse(int argc, char** argv) {
     if (owner != "out" && owner != "in" && owner != "split") {
       std::fprintf(stderr, "-O %s: owner placement must be out, in, split or both\n",
                    owner.c_str());
+      std::exit(1);
+    }
+  }
+  for (double share : o.host_shares) {
+    if (!(share > 0.0 && share <= 1.0)) {
+      std::fprintf(stderr, "-H %g: host shares must be in (0, 1]\n", share);
+      std::exit(1);
+    }
+  }
+  for (int n : o.host_sms) {
+    if (n < 1 || n > 64) {
+      std::fprintf(stderr, "-L %d: host-lane CTAs must be in [1, 64]\n", n);
       std::exit(1);
     }
   }

@@ -32,6 +32,10 @@ inline constexpr int64_t kSliceBytes = 8192;      // replication unit
 inline constexpr int64_t kBundleAlignment = 256;  // scales start at a 256-byte boundary
 inline constexpr int64_t kSlotAlignment = 4096;   // every slot starts at a 4-KiB boundary
 inline constexpr int kDefaultCopySms = 8;
+inline constexpr int kDefaultHostSms = 4;  // host-lane CTAs per rank (p2p-sami-host)
+// The host share that moved one 37.16 MB bundle fastest on 2 x H200 (docs/benchmarks.md); the
+// runtime default stays 0 (opt-in: PCIe also carries NIC and host traffic on real servers).
+inline constexpr double kMeasuredHostShare = 0.08;
 inline constexpr int kMaxCopyStagesPerCta = 22;  // 176 KiB of shared memory per copy CTA
 inline constexpr int kMaxLocalCopyOps = 4096;
 // Pass as the generation (or epoch) to take it from the device-side counter of each local rank
@@ -65,6 +69,10 @@ enum class Transport : uint8_t {
                       // joins the members as writer g of g + 1 (slices j = g (mod g + 1)): the
                       // SMs at both ends drive the owner -> member links, each member's slot
                       // still gets one store per slice; owner inside its group: plain SAMI
+  kP2PSamiHost = 6,   // p2p-sami-owner over NVLink for the head of every op's slices, plus a host
+                      // lane for the tail (RuntimeConfig::host_share): the owner stages it in
+                      // pinned host memory over its PCIe link, every other member fetches it over
+                      // its own (src/runtime/host_lane.h). host_share 0: exactly p2p-sami-owner
 };
 std::string_view to_string(Transport transport);
 Transport transport_from_string(std::string_view name);  // "p2p-direct", "p2p-sami", ...
@@ -90,6 +98,11 @@ struct RuntimeConfig {
   int copy_stages = 0;  // bulk path: 8-KiB shared-memory stages per warp (0: default); the
                         // stages of a CTA (warps x stages) must fit in kMaxCopyStagesPerCta
   int64_t timeout_us = 2'000'000;  // device-side waits give up (and report) after this
+  // p2p-sami-host: the fraction of every op's slices (its tail) that goes through pinned host
+  // memory, in [0, 1]. > 0 allocates the host staging at set-up (collective, sized for this
+  // share; Runtime::set_host_share lowers it per call); 0: p2p-sami-host = p2p-sami-owner.
+  double host_share = 0.0;
+  int host_sms = kDefaultHostSms;  // host-lane CTAs per rank, beside copy_sms, [1, 64]
 
   int experts_per_rank() const { return num_experts / num_ranks; }
   void validate() const;  // throws iser::Error naming the field and value
@@ -105,6 +118,7 @@ struct ConfigFingerprint {
   int32_t num_banks = 0;
   int64_t weight_bytes = 0;
   int64_t scale_bytes = 0;
+  int64_t host_slices = 0;  // staging capacity per op (RuntimeConfig::host_share)
   friend bool operator==(const ConfigFingerprint&, const ConfigFingerprint&) = default;
 };
 ConfigFingerprint fingerprint(const RuntimeConfig& config);
@@ -133,11 +147,13 @@ void validate_copy_list(const RuntimeConfig& config, std::span<const CopyOp> ops
 // Device status of one local rank (read after the work completed).
 enum class StatusCode : uint32_t {
   kOk = 0,
-  kCountTimeout = 1,    // count exchange: `peer` never published `tag` (the epoch)
-  kReadyTimeout = 2,    // READY gate: writer `peer` never published generation `tag`
-  kFenceTimeout = 3,    // reuse fence: member `peer` never released the bank of generation `tag`
-  kCopyFailed = 4,      // writer `peer` published generation `tag` as failed
-  kReadyOvertaken = 5,  // writer `peer` is already past generation `tag` (gate ran too late)
+  kCountTimeout = 1,     // count exchange: `peer` never published `tag` (the epoch)
+  kReadyTimeout = 2,     // READY gate: writer `peer` never published generation `tag`
+  kFenceTimeout = 3,     // reuse fence: member `peer` never released the bank of generation `tag`
+  kCopyFailed = 4,       // writer `peer` published generation `tag` as failed
+  kReadyOvertaken = 5,   // writer `peer` is already past generation `tag` (gate ran too late)
+  kHostLaneTimeout = 6,  // host lane: owner `peer` never staged (or staged as failed) generation
+                         // `tag`; the member publishes READY `tag` as failed
 };
 struct RuntimeStatus {
   StatusCode code = StatusCode::kOk;
@@ -179,6 +195,8 @@ class Communicator {
   int rank_ = 0;
   int size_ = 0;
 };
+
+class HostStaging;  // src/runtime/host_staging.h
 
 class Runtime {
  public:
@@ -250,6 +268,14 @@ class Runtime {
   // Local tuning of the SM copy (RuntimeConfig::copy_path / copy_warps / copy_stages; validated
   // like the configuration). Ranks may differ; takes effect with the next replicate call.
   void set_copy_shape(CopyPath path, int warps = 0, int stages = 0);
+  // p2p-sami-host: the host share of the next replicate calls, in [0, config().host_share] (the
+  // staging was sized for that), and the host-lane CTAs per rank (0: keep config().host_sms;
+  // ranks may differ). Unlike the copy shape, every rank must use the same share (like the copy
+  // list: it decides who moves which slice).
+  void set_host_share(double share, int host_sms = 0);
+  double host_share() const { return host_share_; }
+  // Slices of every op that p2p-sami-host moves through host memory (0: none).
+  int64_t host_slices() const;
 
   // Status of local rank `local_idx` (synchronises the device); check_status throws on errors.
   RuntimeStatus status(int local_idx) const;
@@ -265,6 +291,7 @@ class Runtime {
   explicit Runtime(const RuntimeConfig& config);
   void allocate(int num_local);
   void map_peers();
+  void map_staging();
   void check_local(int local_idx) const;
   void release() noexcept;
   void launch_replicate(int local_begin, int local_end, const CopyOp* ops, int num_ops, int layer,
@@ -275,12 +302,14 @@ class Runtime {
   int first_rank_ = 0;
   int num_local_ranks_ = 0;
   int64_t region_bytes_ = 0;
-  char* local_base_ = nullptr;         // this process's allocation (num_local regions)
-  std::vector<char*> peer_bases_;      // [P] as mapped here
-  std::vector<char*> opened_handles_;  // IPC mappings to close
-  void* device_peer_bases_ = nullptr;  // [P] char* on the device
-  void* device_scratch_ = nullptr;     // per local rank: status, grid counters
-  void* device_ce_ops_ = nullptr;      // copy-engine transport: staged copy list
+  char* local_base_ = nullptr;            // this process's allocation (num_local regions)
+  std::vector<char*> peer_bases_;         // [P] as mapped here
+  std::vector<char*> opened_handles_;     // IPC mappings to close
+  void* device_peer_bases_ = nullptr;     // [P] char* on the device
+  void* device_scratch_ = nullptr;        // per local rank: status, grid counters
+  void* device_ce_ops_ = nullptr;         // copy-engine transport: staged copy list
+  double host_share_ = 0.0;               // p2p-sami-host: current share (<= config_.host_share)
+  std::unique_ptr<HostStaging> staging_;  // p2p-sami-host: pinned host staging
 };
 
 // Multicast (NVLS) is allowed only where NCCL_NVLS_ENABLE is set and not "0". Returns false with

@@ -6,6 +6,7 @@
 
 #include "iser/error.h"
 #include "iser/runtime.h"
+#include "runtime/host_lane.h"
 
 namespace iser {
 namespace {
@@ -48,6 +49,8 @@ std::string_view to_string(Transport transport) {
       return "plan";
     case Transport::kP2PSamiOwner:
       return "p2p-sami-owner";
+    case Transport::kP2PSamiHost:
+      return "p2p-sami-host";
   }
   return "?";
 }
@@ -57,13 +60,14 @@ std::string_view to_string(CopyPath path) {
 }
 
 Transport transport_from_string(std::string_view name) {
-  for (Transport t : {Transport::kP2PDirect, Transport::kP2PSami, Transport::kP2PSamiOwner,
-                      Transport::kCopyEngine, Transport::kMulticast, Transport::kPlan}) {
+  for (Transport t :
+       {Transport::kP2PDirect, Transport::kP2PSami, Transport::kP2PSamiOwner,
+        Transport::kP2PSamiHost, Transport::kCopyEngine, Transport::kMulticast, Transport::kPlan}) {
     if (name == to_string(t)) return t;
   }
   throw Error(fmt::format(
-      "transport: unknown value '{}' (p2p-direct, p2p-sami, p2p-sami-owner, copy-engine, "
-      "multicast, plan)",
+      "transport: unknown value '{}' (p2p-direct, p2p-sami, p2p-sami-owner, p2p-sami-host, "
+      "copy-engine, multicast, plan)",
       name));
 }
 
@@ -92,6 +96,10 @@ void RuntimeConfig::validate() const {
              "per CTA",
              copy_warps, copy_stages, kMaxCopyStagesPerCta);
   ISER_CHECK(timeout_us > 0, "runtime config: timeout_us = {} must be positive", timeout_us);
+  ISER_CHECK(host_share >= 0.0 && host_share <= 1.0,
+             "runtime config: host_share = {} not in [0, 1]", host_share);
+  ISER_CHECK(host_sms >= 1 && host_sms <= 64, "runtime config: host_sms = {} not in [1, 64]",
+             host_sms);
   bundle.validate();
 }
 
@@ -105,6 +113,7 @@ ConfigFingerprint fingerprint(const RuntimeConfig& config) {
   f.num_banks = config.num_banks;
   f.weight_bytes = config.bundle.weight_bytes;
   f.scale_bytes = config.bundle.scale_bytes;
+  f.host_slices = runtime::host_lane_slices(config.bundle.num_slices(), config.host_share);
   return f;
 }
 
@@ -133,6 +142,7 @@ void check_fingerprints(std::span<const ConfigFingerprint> per_rank) {
     field("num_banks", ref.num_banks, f.num_banks);
     field("bundle weight_bytes", ref.weight_bytes, f.weight_bytes);
     field("bundle scale_bytes", ref.scale_bytes, f.scale_bytes);
+    field("host-lane slices (host_share)", ref.host_slices, f.host_slices);
   }
 }
 
@@ -200,6 +210,11 @@ std::string RuntimeStatus::message() const {
     case StatusCode::kReadyOvertaken:
       return fmt::format("READY gate ran late: writer rank {} is already past generation {}", peer,
                          tag);
+    case StatusCode::kHostLaneTimeout:
+      return fmt::format(
+          "host lane: owner rank {} never staged generation {} (or staged it as failed); this "
+          "member published it as failed",
+          peer, tag);
   }
   return "unknown status";
 }

@@ -9,6 +9,7 @@
 #include <cuda_runtime.h>
 
 #include "iser/runtime.h"
+#include "runtime/host_lane.h"
 #include "runtime/layout.h"
 
 namespace iser::cuda {
@@ -53,9 +54,16 @@ struct ReplicateArgs {
   int32_t mode_override = -1;  // -1: as each op says; else a kCopyMode* (runtime/writers.h)
   StoreKind store = StoreKind::kPeer;
   char* const* multicast_bases = nullptr;  // device array, multicast_group_index -> object
+  // p2p-sami-host (runtime/host_lane.h): the tail of host_slices slices of every op goes through
+  // `staging` (pinned host memory as mapped on this device) on host_ctas extra CTAs per rank.
+  int64_t host_slices = 0;
+  int32_t host_ctas = 0;
+  char* staging = nullptr;
+  runtime::StagingLayout staging_layout;
 };
 
-// Replicate + publish READY for local ranks [local_begin, local_end), num_sms CTAs each.
+// Replicate + publish READY for local ranks [local_begin, local_end), num_sms CTAs each (plus
+// args.host_ctas host-lane CTAs when args.host_slices > 0).
 cudaError_t launch_replicate(const RankSpace& space, const ReplicateArgs& args, int local_begin,
                              int local_end, int num_sms, const CopyShape& shape,
                              cudaStream_t stream);

@@ -26,7 +26,7 @@ __global__ void __launch_bounds__(FenceConfig::kThreads)
   const int w = p.space.first_rank + local_idx;
   Scratch* scratch = p.space.scratch + local_idx;
   const bool failed = fence_targets(p.space, p.ops, p.num_ops, kCopyModeDirect, w, p.generation,
-                                    p.num_banks, targets, blocked, scratch);
+                                    p.num_banks, 0, targets, blocked, scratch);
   if (threadIdx.x == 0 && failed) atomicOr(&scratch->replicate_failed, 1u);
 }
 
@@ -80,7 +80,9 @@ cudaError_t launch_replicate(const RankSpace& space, const ReplicateArgs& args, 
   params.args = args;
   params.local_begin = local_begin;
   params.stages = shape.stages;
-  const dim3 grid(static_cast<unsigned>(num_sms), static_cast<unsigned>(local_end - local_begin));
+  const int host_ctas = args.host_slices > 0 ? args.host_ctas : 0;
+  const dim3 grid(static_cast<unsigned>(num_sms + host_ctas),
+                  static_cast<unsigned>(local_end - local_begin));
   const bool multicast = args.store == StoreKind::kMulticast;
   if (shape.path == CopyPath::kBulk) {
     if (multicast) {

@@ -9,11 +9,14 @@
 //    176 KiB per SM in flight, and the first loads are issued before the reuse fence waits.
 //  - registers: each warp loads a slice into registers (16 x 16 B per lane) and stores it.
 // In both, the peer and multicast stores differ only in `store_*` (multimem.st from registers).
+// p2p-sami-host adds host-lane CTAs after the copy CTAs (blockIdx.x >= copy CTAs): they stage the
+// tail of the owner's ops in pinned host memory, or fetch it from there (runtime/host_lane.h).
 #pragma once
 
 #include "cuda/bulk_copy.cuh"
 #include "cuda/kernels.h"
 #include "cuda/sync.cuh"
+#include "runtime/host_lane.h"
 #include "runtime/writers.h"
 
 namespace iser::cuda {
@@ -57,9 +60,12 @@ __device__ __forceinline__ bool test_bit(const uint32_t* bits, int idx) {
 // Reuse fence: marks in `targets` every member `w` writes to and in `blocked` those that have not
 // released generation - num_banks (the bank's previous user) before the deadline. Returns true
 // when some target is blocked. Call from all threads of the CTA.
+// `host_slices` > 0: w's host-lane roles count as writing to the op's members too (runtime/
+// host_lane.h; the staging area itself is freed by the writers-drained condition below).
 __device__ bool fence_targets(const RankSpace& space, const CopyOp* ops, int num_ops,
                               int32_t mode_override, int w, uint64_t generation, int num_banks,
-                              uint32_t* targets, uint32_t* blocked, Scratch* scratch) {
+                              int64_t host_slices, uint32_t* targets, uint32_t* blocked,
+                              Scratch* scratch) {
   const int num_ranks = space.layout.num_ranks;
   const int64_t num_slices = (space.layout.bundle_bytes + kSliceBytes - 1) / kSliceBytes;
   for (int i = threadIdx.x; i < ReplicateConfig::kRankWords; i += blockDim.x) {
@@ -75,7 +81,9 @@ __device__ bool fence_targets(const RankSpace& space, const CopyOp* ops, int num
   __syncthreads();
   for (int k = threadIdx.x; k < num_ops; k += blockDim.x) {
     const CopyOp op = ops[k];
-    if (op_slice_count(op, runtime::effective_mode(op, mode_override), w, num_slices) == 0)
+    if (runtime::nvlink_slice_count(op, runtime::effective_mode(op, mode_override), w, num_slices,
+                                    host_slices) == 0 &&
+        runtime::host_role(op, w, host_slices) == runtime::HostRole::kNone)
       continue;
     atomicExch(&has_targets, 1);
     for (int m = op.group_begin; m < op.group_begin + op.group_size; ++m) {
@@ -301,16 +309,18 @@ __device__ __forceinline__ bool store_registers(const ReplicateParams& p, const 
   }
 }
 
+// `num_ctas`: the copy CTAs of the rank (host-lane CTAs excluded).
 template <StoreKind kStore>
 __device__ bool copy_with_registers(const ReplicateParams& p, const int64_t* prefix,
-                                    int64_t num_tasks, int w, int bank, const uint32_t* blocked) {
+                                    int64_t num_tasks, int w, int bank, const uint32_t* blocked,
+                                    int num_ctas) {
   const int warp_idx = static_cast<int>(threadIdx.x) / 32;
   const int lane = static_cast<int>(threadIdx.x) & 31;
   const int num_warps = static_cast<int>(blockDim.x) / 32;
   bool complete = true;
   int op_cursor = 0;
   for (int64_t task = static_cast<int64_t>(blockIdx.x) * num_warps + warp_idx; task < num_tasks;
-       task += static_cast<int64_t>(gridDim.x) * num_warps) {
+       task += static_cast<int64_t>(num_ctas) * num_warps) {
     const SliceTask t = locate_task(p, prefix, w, bank, task, op_cursor);
     const int num_vec = t.bytes / 16;
     int4 v[ReplicateConfig::kVecPerLane];
@@ -343,13 +353,14 @@ struct WarpPipe {
   __device__ uint64_t* bar(int s) const { return bars + s; }
 };
 
-__device__ __forceinline__ WarpPipe make_pipe(int64_t num_tasks, int stages, char* dynamic_smem,
-                                              uint64_t* all_bars, SliceTask* all_tasks) {
+__device__ __forceinline__ WarpPipe make_pipe(int64_t num_tasks, int stages, int num_ctas,
+                                              char* dynamic_smem, uint64_t* all_bars,
+                                              SliceTask* all_tasks) {
   const int warp_idx = static_cast<int>(threadIdx.x) / 32;
   const int num_warps = static_cast<int>(blockDim.x) / 32;
   WarpPipe pipe;
   pipe.first = static_cast<int64_t>(blockIdx.x) * num_warps + warp_idx;
-  pipe.stride = static_cast<int64_t>(gridDim.x) * num_warps;
+  pipe.stride = static_cast<int64_t>(num_ctas) * num_warps;
   pipe.count =
       pipe.first < num_tasks ? (num_tasks - pipe.first + pipe.stride - 1) / pipe.stride : 0;
   pipe.stages = stages;
@@ -439,6 +450,160 @@ __device__ bool copy_with_bulk(const ReplicateParams& p, const int64_t* prefix, 
   return complete;
 }
 
+// ---- host lane (p2p-sami-host) ---------------------------------------------------------------
+
+// One warp copies `bytes` (<= one slice) from `src` to `dst`, and to `dst2` unless null, in two
+// halves of 8 x 16 B per lane (half the registers of a whole slice: the host lane shares the
+// kernel's register budget with the copy paths).
+__device__ __forceinline__ void warp_copy_slice(const char* src, char* dst, char* dst2, int bytes) {
+  constexpr int kHalf = ReplicateConfig::kVecPerLane / 2;
+  const int lane = static_cast<int>(threadIdx.x) & 31;
+  const int num_vec = bytes / 16;
+#pragma unroll 1
+  for (int base = 0; base < ReplicateConfig::kVecPerLane * 32; base += kHalf * 32) {
+    int4 v[kHalf];
+#pragma unroll
+    for (int u = 0; u < kHalf; ++u) {
+      const int idx = base + u * 32 + lane;
+      if (idx < num_vec) v[u] = load_vec(src + idx * 16);
+    }
+#pragma unroll
+    for (int u = 0; u < kHalf; ++u) {
+      const int idx = base + u * 32 + lane;
+      if (idx < num_vec) {
+        store_vec(dst + idx * 16, v[u]);
+        if (dst2 != nullptr) store_vec(dst2 + idx * 16, v[u]);
+      }
+    }
+  }
+}
+
+// The host-lane slices [first, end) of chunk `chunk` (lane indices: 0 = the op's slice
+// nvlink_slices).
+struct HostChunk {
+  int64_t first;
+  int64_t end;
+};
+
+__device__ __forceinline__ HostChunk host_chunk(int64_t chunk, int64_t host_slices) {
+  const int64_t first = chunk * runtime::kHostChunkSlices;
+  return {first, min(first + runtime::kHostChunkSlices, host_slices)};
+}
+
+// Owner w stages chunk `chunk` of `op` into its staging area (and into its own helper slot when it
+// is a member), then publishes the chunk's flag: 2g + 1, or 2g when `skip` (every member is
+// blocked by the reuse fence: the area may still be read by a late member of g - num_banks).
+// Whole warp. Returns false when a write was skipped.
+// NOTE: every lane's staging stores precede __syncwarp (memory ordering among the warp's
+// threads); lane 0's fence.acq_rel.sys then orders them before its st.release.sys of the flag,
+// which is cumulative: a member whose ld.acquire.sys reads 2g + 1 sees every byte of the chunk.
+// The stores are posted PCIe writes; the system-scope fence is what makes them visible first.
+__device__ bool stage_chunk(const ReplicateParams& p, const CopyOp& op, int w, int bank,
+                            int64_t area, int64_t chunk, uint64_t generation, bool skip,
+                            bool own_blocked) {
+  const runtime::RegionLayout& layout = p.space.layout;
+  const int64_t head = runtime::nvlink_slices((layout.bundle_bytes + kSliceBytes - 1) / kSliceBytes,
+                                              p.args.host_slices);
+  const bool own = !skip && !own_blocked && runtime::owner_in_group(op);
+  const char* home =
+      p.space.peer_bases[w] + layout.home_slot(p.args.layer, op.expert % layout.experts_per_rank);
+  char* slot = p.space.peer_bases[w] + layout.helper_slot(bank, op.helper);
+  const HostChunk c = host_chunk(chunk, p.args.host_slices);
+  if (!skip) {
+    for (int64_t s = c.first; s < c.end; ++s) {
+      const int64_t begin = (head + s) * kSliceBytes;
+      const int bytes = static_cast<int>(min(kSliceBytes, layout.bundle_bytes - begin));
+      warp_copy_slice(home + begin, p.args.staging + p.args.staging_layout.data(area, s),
+                      own ? slot + begin : nullptr, bytes);
+    }
+  }
+  __syncwarp();
+  if ((threadIdx.x & 31) == 0) {
+    fence_acq_rel_sys();
+    store_release_sys(
+        reinterpret_cast<uint64_t*>(p.args.staging + p.args.staging_layout.flag(area, chunk)),
+        2 * generation + (skip ? 0 : 1));
+  }
+  return !skip && (own || !runtime::owner_in_group(op));
+}
+
+// Member w (not the owner) waits for the owner's flag of chunk `chunk` of `op` (acquire, until
+// `deadline`) and copies the chunk from the staging area into its own helper slot. Whole warp.
+// Returns false (and reports) when the chunk never arrived, arrived as failed, or w's slot is
+// blocked by the reuse fence.
+// NOTE: every lane acquires the flag itself (one coalesced load per poll), so each lane's staging
+// loads are ordered after an acquire that read the owner's release of 2g + 1.
+__device__ bool fetch_chunk(const ReplicateParams& p, const CopyOp& op, int w, int bank,
+                            int64_t area, int64_t chunk, uint64_t generation, bool own_blocked,
+                            uint64_t deadline, Scratch* scratch) {
+  if (own_blocked) return false;  // fence_targets reported it
+  const runtime::RegionLayout& layout = p.space.layout;
+  const int64_t head = runtime::nvlink_slices((layout.bundle_bytes + kSliceBytes - 1) / kSliceBytes,
+                                              p.args.host_slices);
+  const auto* flag =
+      reinterpret_cast<const uint64_t*>(p.args.staging + p.args.staging_layout.flag(area, chunk));
+  const uint64_t want = 2 * generation + 1;
+  const uint64_t value = wait_at_least(flag, want - 1, deadline);
+  if (!__all_sync(0xffffffffu, value == want)) {
+    if ((threadIdx.x & 31) == 0) {
+      report(scratch,
+             static_cast<uint32_t>(value > want ? StatusCode::kReadyOvertaken
+                                                : StatusCode::kHostLaneTimeout),
+             op.owner, generation);
+    }
+    return false;
+  }
+  char* slot = p.space.peer_bases[w] + layout.helper_slot(bank, op.helper);
+  const HostChunk c = host_chunk(chunk, p.args.host_slices);
+  for (int64_t s = c.first; s < c.end; ++s) {
+    const int64_t begin = (head + s) * kSliceBytes;
+    const int bytes = static_cast<int>(min(kSliceBytes, layout.bundle_bytes - begin));
+    warp_copy_slice(p.args.staging + p.args.staging_layout.data(area, s), slot + begin, nullptr,
+                    bytes);
+  }
+  return true;
+}
+
+// The host-lane CTA `host_cta` of rank w: its ops' chunks (op order, then chunk order; owner
+// roles stage, member roles fetch) are dealt round-robin to the warps of all host-lane CTAs.
+// NOTE: no cycle of waits: a fetch of (op k, chunk c) waits only for the owner's stage of (k, c),
+// which on the owner's warp follows only tasks of earlier (op, chunk) pairs; by induction every
+// wait ends, provided all CTAs of all ranks are resident (the runtime checks this in logical
+// mode; with one process per GPU each rank's kernel runs on its own GPU).
+__device__ bool run_host_lane(const ReplicateParams& p, int w, int bank, uint64_t generation,
+                              const uint32_t* blocked, int host_cta, Scratch* scratch) {
+  const int64_t host_slices = p.args.host_slices;
+  const int64_t num_chunks = runtime::host_lane_chunks(host_slices);
+  const int num_warps = static_cast<int>(blockDim.x) / 32;
+  const int64_t my_warp = static_cast<int64_t>(host_cta) * num_warps + threadIdx.x / 32;
+  const int64_t all_warps = static_cast<int64_t>(p.args.host_ctas) * num_warps;
+  const uint64_t deadline = globaltimer_ns() + p.space.timeout_ns;
+  bool complete = true;
+  int64_t first_task = 0;  // this rank's host-lane tasks before op k
+  for (int k = 0; k < p.args.num_ops; ++k) {
+    const CopyOp op = p.args.ops[k];
+    const runtime::HostRole role = runtime::host_role(op, w, host_slices);
+    if (role == runtime::HostRole::kNone) continue;
+    const int64_t area = p.args.staging_layout.area(bank, op.helper, op.group_begin);
+    const bool own_blocked =
+        (w >= op.group_begin && w < op.group_begin + op.group_size) && test_bit(blocked, w);
+    bool all_blocked = true;
+    for (int m = op.group_begin; m < op.group_begin + op.group_size; ++m) {
+      all_blocked = all_blocked && test_bit(blocked, m);
+    }
+    for (int64_t c = ((my_warp - first_task) % all_warps + all_warps) % all_warps; c < num_chunks;
+         c += all_warps) {
+      const bool ok =
+          role == runtime::HostRole::kStage
+              ? stage_chunk(p, op, w, bank, area, c, generation, all_blocked, own_blocked)
+              : fetch_chunk(p, op, w, bank, area, c, generation, own_blocked, deadline, scratch);
+      complete = complete && ok;
+    }
+    first_task += num_chunks;
+  }
+  return complete;
+}
+
 // ---- kernel ----------------------------------------------------------------------------------
 
 struct ReplicateShared {
@@ -464,15 +629,20 @@ __global__ void __launch_bounds__(ReplicateConfig::kMaxThreads, 1)
   const uint64_t generation = resolve_generation(p.args.generation, &scratch->generation, true);
   const int bank = static_cast<int>(generation % static_cast<uint64_t>(layout.num_banks));
   const int64_t num_slices = (layout.bundle_bytes + kSliceBytes - 1) / kSliceBytes;
+  // p2p-sami-host: the last host_ctas CTAs run the host lane; the copy CTAs move the head.
+  const int copy_ctas =
+      static_cast<int>(gridDim.x) - (p.args.host_slices > 0 ? p.args.host_ctas : 0);
+  const bool host_cta = static_cast<int>(blockIdx.x) >= copy_ctas;
 
-  scan_slice_counts(p, w, num_slices, shared.prefix, shared.warp_sums);
-  const int64_t num_tasks = shared.prefix[p.args.num_ops];
+  scan_slice_counts(p, w, runtime::nvlink_slices(num_slices, p.args.host_slices), shared.prefix,
+                    shared.warp_sums);
+  const int64_t num_tasks = host_cta ? 0 : shared.prefix[p.args.num_ops];
 
   WarpPipe pipe;
   if constexpr (kPath == CopyPath::kBulk) {
     // NOTE: the first loads read only the owners' home bundles, never a helper bank, so they may
     // start before the reuse fence below has cleared the targets.
-    pipe = make_pipe(num_tasks, p.stages, stage_buffer, shared.bars, shared.tasks);
+    pipe = make_pipe(num_tasks, p.stages, copy_ctas, stage_buffer, shared.bars, shared.tasks);
     if ((threadIdx.x & 31) == 0) {
       for (int s = 0; s < pipe.stages; ++s) mbarrier_init(pipe.bars + s, 1);
       fence_mbarrier_init();
@@ -485,12 +655,16 @@ __global__ void __launch_bounds__(ReplicateConfig::kMaxThreads, 1)
 
   bool cta_failed =
       fence_targets(space, p.args.ops, p.args.num_ops, p.args.mode_override, w, generation,
-                    layout.num_banks, shared.targets, shared.blocked, scratch);
+                    layout.num_banks, p.args.host_slices, shared.targets, shared.blocked, scratch);
   bool complete = true;
-  if constexpr (kPath == CopyPath::kBulk) {
+  if (host_cta) {
+    complete = run_host_lane(p, w, bank, generation, shared.blocked,
+                             static_cast<int>(blockIdx.x) - copy_ctas, scratch);
+  } else if constexpr (kPath == CopyPath::kBulk) {
     complete = copy_with_bulk<kStore>(p, shared.prefix, pipe, w, bank, shared.blocked);
   } else {
-    complete = copy_with_registers<kStore>(p, shared.prefix, num_tasks, w, bank, shared.blocked);
+    complete = copy_with_registers<kStore>(p, shared.prefix, num_tasks, w, bank, shared.blocked,
+                                           copy_ctas);
   }
   if (!complete) cta_failed = true;
   publish_ready(space, w, generation, cta_failed, gridDim.x, scratch);

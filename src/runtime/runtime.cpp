@@ -1,6 +1,7 @@
 // Runtime set-up (symmetric memory, peer mappings) and the host side of every runtime call.
 #include <algorithm>
 #include <cstddef>
+#include <cstdio>
 #include <cstring>
 #include <vector>
 
@@ -10,6 +11,8 @@
 #include "cuda/kernels.h"
 #include "iser/error.h"
 #include "iser/runtime.h"
+#include "runtime/host_lane.h"
+#include "runtime/host_staging.h"
 #include "runtime/layout.h"
 
 namespace iser {
@@ -45,9 +48,16 @@ struct IpcRecord {
   int32_t device;
 };
 
+// p2p-sami-host staging: rank 0's shared-memory name, and each rank's outcome of opening it.
+struct StagingRecord {
+  char name[64];
+  int64_t bytes;
+  int32_t ok;
+};
+
 }  // namespace
 
-Runtime::Runtime(const RuntimeConfig& config) : config_(config) {}
+Runtime::Runtime(const RuntimeConfig& config) : config_(config), host_share_(config.host_share) {}
 
 std::unique_ptr<Runtime> Runtime::logical(const RuntimeConfig& config) {
   config.validate();
@@ -59,10 +69,13 @@ std::unique_ptr<Runtime> Runtime::logical(const RuntimeConfig& config) {
   for (int r = 0; r < config.num_ranks; ++r) rt->peer_bases_[r] = rt->local_base_ + r * stride;
   ISER_CUDA_CHECK(cudaMemcpy(rt->device_peer_bases_, rt->peer_bases_.data(),
                              sizeof(char*) * config.num_ranks, cudaMemcpyHostToDevice));
+  const runtime::StagingLayout staging = runtime::make_staging_layout(config);
+  if (staging.capacity > 0) rt->staging_ = HostStaging::allocate(staging.total());
   return rt;
 }
 
-Runtime::Runtime(const RuntimeConfig& config, Communicator& comm) : config_(config) {
+Runtime::Runtime(const RuntimeConfig& config, Communicator& comm)
+    : config_(config), host_share_(config.host_share) {
   comm_ = comm.get();
   const int num_ranks = comm.size();
   first_rank_ = comm.rank();
@@ -119,8 +132,44 @@ void Runtime::map_peers() {
   }
   ISER_CUDA_CHECK(cudaMemcpy(device_peer_bases_, peer_bases_.data(), sizeof(char*) * num_ranks,
                              cudaMemcpyHostToDevice));
+  map_staging();
   // Every rank has mapped every peer before anyone returns (a barrier over the all-gather).
   (void)all_gather(comm_, int32_t{1}, num_ranks);
+}
+
+// p2p-sami-host: rank 0 creates the shared staging and passes its path; every other rank opens
+// it; once all did (or one failed: every rank then throws, none hangs), rank 0 closes the path.
+void Runtime::map_staging() {
+  const int num_ranks = config_.num_ranks;
+  const runtime::StagingLayout layout = runtime::make_staging_layout(config_);
+  if (layout.capacity <= 0) return;
+  StagingRecord mine{};
+  mine.bytes = layout.total();
+  std::string error;
+  if (first_rank_ == 0) {
+    try {
+      staging_ = HostStaging::create_shared("iser-staging", mine.bytes);
+      mine.ok = 1;
+      std::snprintf(mine.name, sizeof(mine.name), "%s", staging_->path().c_str());
+    } catch (const Error& e) {
+      error = e.what();
+    }
+  }
+  const std::vector<StagingRecord> created = all_gather(comm_, mine, num_ranks);
+  if (first_rank_ != 0 && created[0].ok) {
+    try {
+      staging_ = HostStaging::open_shared(created[0].name, created[0].bytes);
+      mine.ok = 1;
+    } catch (const Error& e) {
+      error = e.what();
+    }
+  }
+  const std::vector<StagingRecord> opened = all_gather(comm_, mine, num_ranks);
+  if (staging_) staging_->close_path();
+  ISER_CHECK(error.empty(), "runtime set-up: {}", error);
+  for (int r = 0; r < num_ranks; ++r) {
+    ISER_CHECK(opened[r].ok, "runtime set-up: rank {} could not map the host staging", r);
+  }
 }
 
 void Runtime::allocate(int num_local) {
@@ -145,6 +194,7 @@ Runtime::~Runtime() {
 
 void Runtime::release() noexcept {
   cudaDeviceSynchronize();
+  staging_.reset();
   for (char* p : opened_handles_) cudaIpcCloseMemHandle(p);
   opened_handles_.clear();
   cudaFree(device_ce_ops_);
@@ -218,6 +268,7 @@ int32_t mode_override(Transport transport) {
     case Transport::kP2PSami:
       return kCopyModeSami;
     case Transport::kP2PSamiOwner:
+    case Transport::kP2PSamiHost:  // the same writers; the host lane adds no writer
       return kCopyModeSamiOwner;
     case Transport::kPlan:
     case Transport::kMulticast:
@@ -277,9 +328,31 @@ void Runtime::launch_replicate(int local_begin, int local_end, const CopyOp* ops
         "path is compiled; creating NVLS objects is not implemented)");
   }
   args.mode_override = mode_override(transport);
+  const int copy_ctas = num_sms > 0 ? num_sms : config_.copy_sms;
+  if (transport == Transport::kP2PSamiHost && host_slices() > 0) {
+    args.host_slices = host_slices();
+    args.host_ctas = config_.host_sms;
+    args.staging = staging_->device();
+    args.staging_layout = runtime::make_staging_layout(config_);
+    // NOTE: members spin on flags that other ranks' CTAs of the same launch publish; in logical
+    // mode every rank's CTAs must therefore be resident at once (one CTA per SM at most).
+    if (local_end - local_begin > 1) {
+      int device = 0;
+      int num_device_sms = 0;
+      ISER_CUDA_CHECK(cudaGetDevice(&device));
+      ISER_CUDA_CHECK(
+          cudaDeviceGetAttribute(&num_device_sms, cudaDevAttrMultiProcessorCount, device));
+      const int needed = (copy_ctas + args.host_ctas) * (local_end - local_begin);
+      ISER_CHECK(needed <= num_device_sms,
+                 "replicate: p2p-sami-host with {} logical ranks needs ({} + {} host) x {} = {} "
+                 "resident CTAs, the GPU has {} SMs",
+                 local_end - local_begin, copy_ctas, args.host_ctas, local_end - local_begin,
+                 needed, num_device_sms);
+    }
+  }
   ISER_CUDA_CHECK(cuda::launch_replicate(
       make_space(config_, device_peer_bases_, first_rank_, device_scratch_), args, local_begin,
-      local_end, num_sms > 0 ? num_sms : config_.copy_sms,
+      local_end, copy_ctas,
       cuda::resolve_copy_shape(config_.copy_path, config_.copy_warps, config_.copy_stages),
       stream));
 }
@@ -363,6 +436,21 @@ void Runtime::set_copy_shape(CopyPath path, int warps, int stages) {
   next.copy_stages = stages;
   next.validate();
   config_ = next;
+}
+
+void Runtime::set_host_share(double share, int host_sms) {
+  const int64_t num_slices = config_.bundle.num_slices();
+  ISER_CHECK(share >= 0.0 && runtime::host_lane_slices(num_slices, share) <=
+                                 runtime::host_lane_slices(num_slices, config_.host_share),
+             "runtime: host share {} not in [0, {}] (RuntimeConfig::host_share sized the staging)",
+             share, config_.host_share);
+  ISER_CHECK(host_sms >= 0 && host_sms <= 64, "runtime: host_sms = {} not in [0, 64]", host_sms);
+  host_share_ = share;
+  if (host_sms > 0) config_.host_sms = host_sms;
+}
+
+int64_t Runtime::host_slices() const {
+  return staging_ ? runtime::host_lane_slices(config_.bundle.num_slices(), host_share_) : 0;
 }
 
 void Runtime::check_status() const {

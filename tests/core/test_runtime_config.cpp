@@ -184,11 +184,13 @@ TEST(Multicast, AddressArithmetic) {
 }
 
 TEST(RuntimeConfig, TransportNames) {
-  for (Transport t : {Transport::kP2PDirect, Transport::kP2PSami, Transport::kP2PSamiOwner,
-                      Transport::kCopyEngine, Transport::kMulticast, Transport::kPlan}) {
+  for (Transport t :
+       {Transport::kP2PDirect, Transport::kP2PSami, Transport::kP2PSamiOwner,
+        Transport::kP2PSamiHost, Transport::kCopyEngine, Transport::kMulticast, Transport::kPlan}) {
     EXPECT_EQ(transport_from_string(to_string(t)), t);
   }
   EXPECT_EQ(to_string(Transport::kP2PSamiOwner), "p2p-sami-owner");
+  EXPECT_EQ(to_string(Transport::kP2PSamiHost), "p2p-sami-host");
   expect_error([] { transport_from_string("nvls"); }, "'nvls'");
 }
 

@@ -1,6 +1,7 @@
 // Fault injection on one GPU (P = 4 logical ranks): a stalled copy (the READY gate times out, the
-// affected routes fall back to home slots, the late copy harms nothing), and a stalled consumer
-// (the reuse fence keeps writers off its bank; READY says failed; routes fall back).
+// affected routes fall back to home slots, the late copy harms nothing), a stalled owner of
+// p2p-sami-host ops (its members' host lane times out; they publish READY failed), and a stalled
+// consumer (the reuse fence keeps writers off its bank; READY says failed; routes fall back).
 #include <gtest/gtest.h>
 
 #include <random>
@@ -14,8 +15,9 @@ constexpr int kRanks = 4;
 constexpr int kHome = 4;  // H
 constexpr int kSlots = 2;
 
-RuntimeConfig fault_config() {
+RuntimeConfig fault_config(double host_share = 0.0) {
   RuntimeConfig c;
+  c.host_share = host_share;
   c.num_ranks = kRanks;
   c.num_experts = kRanks * kHome;
   c.num_slots = kSlots;
@@ -84,11 +86,15 @@ void expect_slot(Runtime& rt, const RuntimeConfig& c, const CopyOp& op, int bank
 // only after the READY gate of the other ranks returned: the gate times out for writer 3, and
 // exactly the ops it writes (`valid[k]` false) lose their replica: `gate_want` is the expected
 // slot_expert ([rank][helper]) and their routes fall back home. Once released, the late copy
-// harms nothing and generation 2 replicates every op.
+// harms nothing and generation 2 replicates every op. `host_share` > 0 (p2p-sami-host): rank 3's
+// members also wait for its host lane, time out there first (kHostLaneTimeout) and publish READY
+// failed, so every op they write loses its replica too; the other ranks' first error may be
+// either the gate's timeout or a failed READY.
 void expect_stalled_rank3_falls_back(const std::vector<CopyOp>& ops, Transport transport,
                                      const std::vector<bool>& valid,
-                                     const std::vector<int32_t>& gate_want) {
-  const RuntimeConfig c = fault_config();
+                                     const std::vector<int32_t>& gate_want,
+                                     double host_share = 0.0) {
+  const RuntimeConfig c = fault_config(host_share);
   auto rt = Runtime::logical(c);
   fill_homes(*rt);
   poison_helpers(*rt);
@@ -147,10 +153,25 @@ void expect_stalled_rank3_falls_back(const std::vector<CopyOp>& ops, Transport t
   uint64_t fallbacks = 0;
   for (int i = 0; i < kRanks; ++i) {
     const RuntimeStatus s = rt->status(i);
-    EXPECT_EQ(s.code, StatusCode::kReadyTimeout) << s.message();
-    EXPECT_EQ(s.peer, 3);
-    EXPECT_EQ(s.tag, 1u);
+    EXPECT_EQ(s.tag, 1u) << s.message();
     fallbacks += s.fallback_routes;
+    if (host_share <= 0.0) {
+      EXPECT_EQ(s.code, StatusCode::kReadyTimeout) << s.message();
+      EXPECT_EQ(s.peer, 3);
+      continue;
+    }
+    bool fetches_from_3 = false;
+    for (const CopyOp& op : ops) {
+      fetches_from_3 = fetches_from_3 || (op.owner == 3 && i != 3 && i >= op.group_begin &&
+                                          i < op.group_begin + op.group_size);
+    }
+    if (fetches_from_3) {
+      EXPECT_EQ(s.code, StatusCode::kHostLaneTimeout) << "rank " << i << ": " << s.message();
+      EXPECT_EQ(s.peer, 3);
+    } else {
+      EXPECT_TRUE(s.code == StatusCode::kReadyTimeout || s.code == StatusCode::kCopyFailed)
+          << "rank " << i << ": " << s.message();
+    }
   }
   EXPECT_EQ(fallbacks, routes.expected_fallbacks);
   EXPECT_GT(fallbacks, 0u);
@@ -158,9 +179,9 @@ void expect_stalled_rank3_falls_back(const std::vector<CopyOp>& ops, Transport t
     rt->check_status();
     ADD_FAILURE() << "check_status did not report the stalled writer";
   } catch (const Error& e) {
-    EXPECT_NE(std::string(e.what()).find("writer rank 3 never published generation 1"),
-              std::string::npos)
-        << e.what();
+    const char* want = host_share > 0.0 ? "host lane: owner rank 3 never staged generation 1"
+                                        : "writer rank 3 never published generation 1";
+    EXPECT_NE(std::string(e.what()).find(want), std::string::npos) << e.what();
   }
   rt->clear_status();
   rt->release_bank(1, main_stream);
@@ -196,13 +217,24 @@ TEST(RuntimeFaults, StalledCopyFallsBackToHomeSlots) {
 // inside {0, 1} (plain SAMI, writers 0 and 1). The owner of op 0 stalls: only op 0 loses its
 // replica (under p2p-sami its members alone would have written it all). Gate: helper 0 of {0, 1}
 // invalid, expert 6 in helper 1 of {0, 1}, expert 1 in helper 0 of 2.
+const std::vector<CopyOp> kOwnerAssistedOps = {{13, 3, 0, 2, 0, kCopyModeSamiOwner},
+                                               {1, 0, 2, 1, 0, kCopyModeSamiOwner},
+                                               {6, 1, 0, 2, 1, kCopyModeSamiOwner}};
+
 TEST(RuntimeFaults, StalledOwnerOfOwnerAssistedOpFallsBack) {
   ISER_REQUIRE_GPUS(1);
-  expect_stalled_rank3_falls_back({{13, 3, 0, 2, 0, kCopyModeSamiOwner},
-                                   {1, 0, 2, 1, 0, kCopyModeSamiOwner},
-                                   {6, 1, 0, 2, 1, kCopyModeSamiOwner}},
-                                  Transport::kP2PSamiOwner, {false, true, true},
+  expect_stalled_rank3_falls_back(kOwnerAssistedOps, Transport::kP2PSamiOwner, {false, true, true},
                                   {-1, 6, -1, 6, 1, -1, -1, -1});
+}
+
+// p2p-sami-host, the same ops with a quarter of every bundle (6 of 25 slices, 2 chunks) on the
+// host lane: members 0 and 1 wait for stalled owner 3's staging flags, give up after the timeout
+// and publish READY failed; no replica survives (writers 0 and 1 write every op), every route to
+// a helper slot falls back, and nobody hangs. Generation 2 then replicates every op.
+TEST(RuntimeFaults, StalledOwnerOfHostLaneFallsBack) {
+  ISER_REQUIRE_GPUS(1);
+  expect_stalled_rank3_falls_back(kOwnerAssistedOps, Transport::kP2PSamiHost, {false, false, false},
+                                  {-1, -1, -1, -1, -1, -1, -1, -1}, 0.25);
 }
 
 TEST(RuntimeFaults, StalledConsumerBlocksReuseAndFallsBack) {

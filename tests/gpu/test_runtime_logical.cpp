@@ -219,13 +219,13 @@ TEST_P(LogicalRanks, NothingToCopyStillPublishesReady) {
 
 INSTANTIATE_TEST_SUITE_P(P, LogicalRanks, ::testing::Values(4, 8, 16));
 
-// >= 1,000 invocations with two banks: READY flags exactly 2g+1 after each gate (monotone),
-// replicas exact every generation, count exchange exact every epoch.
-TEST(LogicalRuntime, ThousandGenerationsMonotone) {
-  ISER_REQUIRE_GPUS(1);
+// >= 1,000 invocations with two banks under `transport`: READY flags exactly 2g+1 after each gate
+// (monotone), replicas exact every generation, count exchange exact every epoch.
+void expect_thousand_generations(Transport transport, double host_share) {
   const int generations = std::getenv("ISER_TEST_SHORT") ? 60 : 1000;
   RuntimeConfig c = logical_config(4, 2);
   c.bundle = {16384, 512};
+  c.host_share = host_share;
   auto rt = Runtime::logical(c);
   fill_homes(*rt);
   poison_helpers(*rt);
@@ -246,8 +246,9 @@ TEST(LogicalRuntime, ThousandGenerationsMonotone) {
     const std::vector<CopyOp> ops = random_ops(c, rng, 6);
     device_ops.upload(ops);
     const int bank = rt->bank_of(g);
-    rt->replicate(device_ops.get(), static_cast<int>(ops.size()), 0, g, Transport::kPlan, stream);
-    rt->ready_gate(device_ops.get(), static_cast<int>(ops.size()), g, slot_expert.get(), stream);
+    rt->replicate(device_ops.get(), static_cast<int>(ops.size()), 0, g, transport, stream);
+    rt->ready_gate(device_ops.get(), static_cast<int>(ops.size()), g, slot_expert.get(), stream,
+                   transport);
     ISER_EXPECT_CUDA(cudaStreamSynchronize(stream));
     for (int r = 0; r < c.num_ranks; ++r) {
       const auto flags = read_flags(*rt, r, layout.ready_flags);
@@ -280,6 +281,18 @@ TEST(LogicalRuntime, ThousandGenerationsMonotone) {
   ISER_EXPECT_CUDA(cudaStreamSynchronize(stream));
   rt->check_status();
   cudaStreamDestroy(stream);
+}
+
+TEST(LogicalRuntime, ThousandGenerationsMonotone) {
+  ISER_REQUIRE_GPUS(1);
+  expect_thousand_generations(Transport::kPlan, 0.0);
+}
+
+// p2p-sami-host: 2 of every bundle's 3 slices (the partial last one included) on the host lane;
+// the staging areas are reused every other generation (two banks) under the reuse fence.
+TEST(LogicalRuntime, ThousandGenerationsMonotoneHostLane) {
+  ISER_REQUIRE_GPUS(1);
+  expect_thousand_generations(Transport::kP2PSamiHost, 0.5);
 }
 
 // Expects slot_expert (every local rank's gate output) to mark every replica of `ops` valid, and
@@ -452,6 +465,59 @@ TEST(LogicalRuntime, SamiOwnerAssistedFillsEveryMember) {
   expect_homes_intact(*rt);
   rt->check_status();
 }
+
+// p2p-sami-host, P = 2, 4, 8 logical ranks: random copy lists (owners inside and outside groups
+// of 1..P), a bundle of 129 slices (the last one partial), host shares that put 6 (2 chunks, the
+// last one partial), 32 (8 chunks) and all 129 slices on the host lane, 1 and 4 host-lane CTAs,
+// every copy shape on 1 and 3 copy SMs: every member's helper slot is byte-identical to the
+// owner's bundle (poisoned first), untargeted slots stay poisoned, the gate marks every replica
+// valid and READY is exactly 2g+1; host share 0 is p2p-sami-owner; homes untouched.
+class HostLaneRanks : public LogicalRanks {};
+
+TEST_P(HostLaneRanks, ReplicasMatchOwners) {
+  RuntimeConfig c = logical_config(GetParam(), 2);
+  c.bundle = {(1 << 20) + 16, 4096 + 48};
+  c.host_share = 1.0;
+  auto rt = Runtime::logical(c);
+  ASSERT_EQ(c.bundle.num_slices(), 129);
+  fill_homes(*rt);
+  std::mt19937 rng(99 + GetParam());
+  DeviceVector<int32_t> slot_expert(static_cast<size_t>(c.num_ranks) * c.num_ranks * c.num_slots);
+  DeviceVector<CopyOp> device_ops(64);
+  uint64_t g = 0;
+  for (const TestCopyShape& shape : kTestCopyShapes) {
+    rt->set_copy_shape(shape.path, shape.warps, shape.stages);
+    for (double share : {0.05, 0.25, 1.0, 0.0}) {
+      for (int host_sms : {1, 4}) {
+        for (int sms : {1, 3}) {
+          ++g;
+          rt->set_host_share(share, host_sms);
+          const std::vector<CopyOp> ops = random_ops(c, rng, 3 * c.num_slots);
+          device_ops.upload(ops);
+          const int num_ops = static_cast<int>(ops.size());
+          const std::string what =
+              "p2p-sami-host, " + shape.name() + ", share " + std::to_string(share) + " (" +
+              std::to_string(rt->host_slices()) + " slices), " + std::to_string(host_sms) +
+              " host + " + std::to_string(sms) + " copy SMs";
+          poison_helpers(*rt);
+          rt->replicate(device_ops.get(), num_ops, 0, g, Transport::kP2PSamiHost, stream_, sms);
+          rt->ready_gate(device_ops.get(), num_ops, g, slot_expert.get(), stream_,
+                         Transport::kP2PSamiHost);
+          ISER_EXPECT_CUDA(cudaStreamSynchronize(stream_));
+          expect_bank(*rt, ops, 0, rt->bank_of(g), what.c_str());
+          expect_gate_and_ready(*rt, ops, slot_expert, g, what);
+          if (HasFailure()) return;
+          rt->release_bank(g, stream_);
+        }
+      }
+    }
+  }
+  EXPECT_EQ(rt->host_slices(), 0);
+  expect_homes_intact(*rt);
+  rt->check_status();
+}
+
+INSTANTIATE_TEST_SUITE_P(P, HostLaneRanks, ::testing::Values(2, 4, 8));
 
 TEST(LogicalRuntime, MulticastIsRefusedWhereNvlsIsDisabled) {
   ISER_REQUIRE_GPUS(1);

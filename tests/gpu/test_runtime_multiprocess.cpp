@@ -41,13 +41,15 @@ void barrier(const Communicator& comm) {
   ASSERT_EQ(cudaDeviceSynchronize(), cudaSuccess);
 }
 
-// Every transport over NVLink, owner inside and outside the group, 1,000 generations: READY
-// exactly 2g+1 from both writers after every gate, counts exact every epoch, replicas byte-exact
-// (poisoned first) every 25th generation.
+// Every transport over NVLink (p2p-sami-host with a quarter of each bundle through host memory),
+// owner inside and outside the group, 1,000 generations: READY exactly 2g+1 from both writers
+// after every gate, counts exact every epoch, replicas byte-exact (poisoned first) every 25th
+// generation.
 TEST(MultiProcess, ReplicasCountsAndReadyOverThousandGenerations) {
   ISER_AS_RANKS(2, 240);
   Communicator comm = Communicator::from_unique_id_file(env->id_file, env->rank, env->world);
-  const RuntimeConfig c = two_rank_config();
+  RuntimeConfig c = two_rank_config();
+  c.host_share = 0.25;
   Runtime rt(c, comm);
   EXPECT_FALSE(std::filesystem::exists(env->id_file)) << "unique id file left behind";
   fill_homes(rt);
@@ -63,7 +65,7 @@ TEST(MultiProcess, ReplicasCountsAndReadyOverThousandGenerations) {
   ISER_EXPECT_CUDA(cudaStreamCreateWithFlags(&stream, cudaStreamNonBlocking));
   const runtime::RegionLayout layout = runtime::make_region_layout(c);
   const Transport transports[] = {Transport::kPlan, Transport::kP2PDirect, Transport::kP2PSami,
-                                  Transport::kCopyEngine};
+                                  Transport::kCopyEngine, Transport::kP2PSamiHost};
   auto row_of = [&](int rank, uint64_t epoch) {
     std::vector<int32_t> r(c.num_experts);
     for (int e = 0; e < c.num_experts; ++e) {
@@ -73,7 +75,7 @@ TEST(MultiProcess, ReplicasCountsAndReadyOverThousandGenerations) {
   };
   uint64_t last_ready = 0;
   for (uint64_t g = 1; g <= 1000; ++g) {
-    const Transport t = transports[g % 4];
+    const Transport t = transports[g % 5];
     const bool check_bytes = g % 25 == 0 || g <= 8;
     const int bank = rt.bank_of(g);
     if (check_bytes) {
@@ -121,9 +123,10 @@ TEST(MultiProcess, ReplicasCountsAndReadyOverThousandGenerations) {
 // stay poisoned, READY is exactly 2g+1 from both writers and the gate marks every replica valid;
 // the homes stay untouched.
 void expect_replicas_every_shape_then_graph(const RankEnv& env, const std::vector<CopyOp>& ops,
-                                            Transport transport) {
+                                            Transport transport, double host_share = 0.0) {
   Communicator comm = Communicator::from_unique_id_file(env.id_file, env.rank, env.world);
   RuntimeConfig c = two_rank_config();
+  c.host_share = host_share;
   c.num_slots = 4;
   c.bundle = {(3 << 20) + 3 * 4096 + 16, 4096 + 48};  // 3,162,416 bytes: 386 slices + 304 bytes
   Runtime rt(c, comm);
@@ -213,6 +216,72 @@ TEST(MultiProcess, SamiOwnerAssistedFillsMembersFromBothGpus) {
                                    {5, 1, 0, 1, 0, kCopyModeSamiOwner},
                                    {3, 0, 1, 1, 1, kCopyModeSamiOwner}};
   expect_replicas_every_shape_then_graph(*env, ops, Transport::kP2PSamiOwner);
+}
+
+// p2p-sami-host, the same ops as above with a quarter of every bundle (97 of 387 slices, 25
+// chunks, the partial last slice included) staged in shared pinned host memory by the owner's GPU
+// and fetched over PCIe by the other GPU while the head moves over NVLink, both directions at once.
+TEST(MultiProcess, SamiHostFillsMembersOverNvlinkAndPcie) {
+  ISER_AS_RANKS(2, 120);
+  const std::vector<CopyOp> ops = {{0, 0, 1, 1, 0, kCopyModeSamiOwner},
+                                   {5, 1, 0, 1, 0, kCopyModeSamiOwner},
+                                   {3, 0, 1, 1, 1, kCopyModeSamiOwner}};
+  expect_replicas_every_shape_then_graph(*env, ops, Transport::kP2PSamiHost, 0.25);
+}
+
+// A stalled host lane: owner 0's replicate of generation 1 waits behind a kernel for 1.5 s, so
+// member 1's host lane times out (300 ms): it reports kHostLaneTimeout (owner 0, generation 1),
+// publishes READY failed and its gate sends the op's routes home; nobody hangs. Once the owner
+// ran late, generation 2 (the other bank) replicates byte-exactly on both GPUs.
+TEST(MultiProcess, StalledHostLaneFallsBackWithoutHang) {
+  ISER_AS_RANKS(2, 120);
+  Communicator comm = Communicator::from_unique_id_file(env->id_file, env->rank, env->world);
+  RuntimeConfig c = two_rank_config();
+  c.host_share = 0.25;
+  c.timeout_us = 300'000;
+  Runtime rt(c, comm);
+  fill_homes(rt);
+  poison_helpers(rt);
+  const std::vector<CopyOp> ops = {{0, 0, 1, 1, 0, kCopyModeSamiOwner}};
+  DeviceVector<CopyOp> device_ops(ops);
+  DeviceVector<int32_t> slot_expert(c.num_ranks * c.num_slots);
+  int* host_flag = nullptr;
+  ISER_EXPECT_CUDA(cudaHostAlloc(&host_flag, sizeof(int), cudaHostAllocMapped));
+  *host_flag = 0;  // never set: the stall ends by its own timeout
+  int* device_flag = nullptr;
+  ISER_EXPECT_CUDA(cudaHostGetDevicePointer(&device_flag, host_flag, 0));
+  cudaStream_t stream = nullptr;
+  ISER_EXPECT_CUDA(cudaStreamCreateWithFlags(&stream, cudaStreamNonBlocking));
+  barrier(comm);
+  if (env->rank == 0) ISER_EXPECT_CUDA(launch_stall(device_flag, 1'500'000'000ull, stream));
+  rt.replicate(device_ops.get(), 1, 0, 1, Transport::kP2PSamiHost, stream);
+  rt.ready_gate(device_ops.get(), 1, 1, slot_expert.get(), stream, Transport::kP2PSamiHost);
+  ISER_EXPECT_CUDA(cudaStreamSynchronize(stream));
+  std::vector<int32_t> none(c.num_ranks * c.num_slots, -1);
+  EXPECT_EQ(slot_expert.download(), none) << "rank " << env->rank << " kept a failed replica";
+  const RuntimeStatus s = rt.status(0);
+  if (env->rank == 1) {
+    EXPECT_EQ(s.code, StatusCode::kHostLaneTimeout) << s.message();
+    EXPECT_EQ(s.peer, 0);
+    EXPECT_EQ(s.tag, 1u);
+  } else {
+    EXPECT_EQ(s.code, StatusCode::kCopyFailed) << s.message();
+    EXPECT_EQ(s.peer, 1);
+  }
+  rt.clear_status();
+  rt.release_bank(1, stream);
+  barrier(comm);
+  poison_helpers(rt);
+  barrier(comm);
+  rt.replicate(device_ops.get(), 1, 0, 2, Transport::kP2PSamiHost, stream);
+  rt.ready_gate(device_ops.get(), 1, 2, slot_expert.get(), stream, Transport::kP2PSamiHost);
+  ISER_EXPECT_CUDA(cudaStreamSynchronize(stream));
+  rt.check_status();
+  EXPECT_EQ(slot_expert.download(), expected_slot_expert(c, ops));
+  expect_bank(rt, ops, 0, rt.bank_of(2), "generation after the stalled host lane");
+  barrier(comm);
+  cudaStreamDestroy(stream);
+  cudaFreeHost(host_flag);
 }
 
 TEST(MultiProcess, MismatchedConfigurationIsRefusedBeforeMapping) {
