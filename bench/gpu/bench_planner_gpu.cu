@@ -295,7 +295,7 @@ int main(int argc, char** argv) {
       BENCH_CUDA(cudaStreamSynchronize(stream));
 
       std::vector<cudaGraphExec_t> g_plan(num_inputs), g_both(num_inputs), g_fused(num_inputs),
-          g_count(num_inputs);
+          g_fused_timed(num_inputs), g_count(num_inputs);
       auto plan_work = [&](int i) { planners[i].plan(d_counts[i], d_plan[i], stream); };
       auto both_work = [&](int i) {
         planners[i].plan(d_counts[i], d_plan[i], stream);
@@ -328,6 +328,9 @@ int main(int argc, char** argv) {
           if (!iser) {
             g_both[i] = make_graph(stream, [&] { both_work(i); });
             g_fused[i] = make_graph(stream, [&] { fused_work(i); });
+            planners[i].set_plan_timer(timer);  // the fused kernel's plan CTA, stage by stage
+            g_fused_timed[i] = make_graph(stream, [&] { fused_work(i); });
+            planners[i].set_plan_timer(nullptr);
           }
           g_count[i] = make_graph(stream, [&] { count_work(i); });
         }
@@ -346,6 +349,12 @@ int main(int argc, char** argv) {
       const Timing t_fused = iser ? Timing{}
                                   : time_replays(args, num_inputs, stream, flush, flush_bytes,
                                                  nullptr, run(g_fused, fused_work));
+      // The same with the plan CTA's stage stamps (a separate run: the stamps cost a little).
+      for (auto& planner : planners) planner.set_plan_timer(timer);
+      const Timing t_fused_timed = iser ? Timing{}
+                                        : time_replays(args, num_inputs, stream, flush, flush_bytes,
+                                                       timer, run(g_fused_timed, fused_work));
+      for (auto& planner : planners) planner.set_plan_timer(nullptr);
       const Timing t_count = time_replays(args, num_inputs, stream, flush, flush_bytes, nullptr,
                                           run(g_count, count_work));
 
@@ -401,14 +410,15 @@ int main(int argc, char** argv) {
                   t_count.event_us, cpu, cpu / t_plan.event_us,
                   static_cast<double>(broadcasts) / num_inputs,
                   args.check ? (ok ? "  check ok" : "  CHECK FAILED") : "");
-      for (const Timing* t : {&t_plan, &t_warm}) {
+      for (const Timing* t : {&t_plan, &t_warm, &t_fused_timed}) {
+        if (t == &t_fused_timed && iser) continue;
         std::printf(
             "       %s: plan %.2f us (in-kernel %.2f): hist+candidates %.2f, placement %.2f, "
             "repair set-up+modes %.2f, repair: pair lists %.2f, levels %.2f, trades %.2f, "
             "output %.2f; coloring (beside set-up and repair) ends %.2f after placement\n",
-            t == &t_plan ? "L2 flushed" : "L2 warm   ", t->event_us, t->kernel_us, t->stage_us[0],
-            t->stage_us[1], t->stage_us[2], t->stage_us[3], t->stage_us[4], t->stage_us[5],
-            t->stage_us[6], t->coloring_us);
+            t == &t_plan ? "L2 flushed" : (t == &t_warm ? "L2 warm   " : "fused, L2 flushed"),
+            t->event_us, t->kernel_us, t->stage_us[0], t->stage_us[1], t->stage_us[2],
+            t->stage_us[3], t->stage_us[4], t->stage_us[5], t->stage_us[6], t->coloring_us);
       }
       auto stages = [](const Timing& t) {
         std::string list;
@@ -436,6 +446,7 @@ int main(int argc, char** argv) {
           if (!iser) {
             BENCH_CUDA(cudaGraphExecDestroy(g_both[i]));
             BENCH_CUDA(cudaGraphExecDestroy(g_fused[i]));
+            BENCH_CUDA(cudaGraphExecDestroy(g_fused_timed[i]));
           }
           BENCH_CUDA(cudaGraphExecDestroy(g_count[i]));
         }

@@ -460,23 +460,35 @@ void GpuPlanner::Impl::launch_fused(const int32_t* counts, int32_t* plans, int n
                                     const int32_t* topk_ids, int num_routes, int first_rank,
                                     int num_rows, int32_t* slot_ids, CUstream_st* stream) const {
   check_rewrite_supported(options);
-  ISER_CHECK(fused_max_ctas >= 1,
-             "GPU plan_rewrite: the fused kernel needs {} bytes of shared memory per CTA and "
-             "cooperative launch; not available on this device (use plan() then rewrite())",
+  ISER_CHECK(fused_max_ctas >= 2,
+             "GPU plan_rewrite: the fused kernel needs {} bytes of shared memory per CTA, two "
+             "co-resident CTAs and cooperative launch; not available on this device (use plan() "
+             "then rewrite())",
              fused_smem);
-  cuda::PlanRewriteParams p;
-  p.plan = plan_params(counts, plans, num_plans);
-  p.topk_ids = topk_ids;
-  p.tile_counts = tile_counts.get();
-  p.slot_ids = slot_ids;
-  p.error_word = error_word.get();
-  p.sync = fused_sync.get();
-  p.num_rows = num_rows;
-  p.first_rank = first_rank;
-  p.num_routes = num_routes;
-  p.num_tiles = cuda::num_route_tiles(num_routes);
-  p.wait_ns = kGpuPlanWaitNs;
-  ISER_CUDA_CHECK(static_cast<cudaError_t>(cuda::launch_plan_rewrite(p, fused_max_ctas, stream)));
+  const int P = topo.num_ranks;
+  const int E = topo.num_experts;
+  const int num_tiles = cuda::num_route_tiles(num_routes);
+  // A CTA per plan and at least as many for the tiles: batches of more plans launch in chunks
+  // (rewrite_all's rows of a chunk's plans with them; one launch for plan_rewrite()).
+  const int chunk = std::max(1, fused_max_ctas / 2);
+  for (int first_plan = 0; first_plan < num_plans; first_plan += chunk) {
+    const int n = std::min(chunk, num_plans - first_plan);
+    const int64_t first_row = static_cast<int64_t>(first_plan) * P;
+    cuda::PlanRewriteParams p;
+    p.plan =
+        plan_params(counts + first_row * E, plans + first_plan * int64_t{layout.total_words()}, n);
+    p.topk_ids = topk_ids + first_row * num_routes;
+    p.tile_counts = tile_counts.get() + first_row * num_tiles * E;
+    p.slot_ids = slot_ids + first_row * num_routes;
+    p.error_word = error_word.get();
+    p.sync = fused_sync.get();
+    p.num_rows = num_plans == 1 ? num_rows : n * P;
+    p.first_rank = first_rank;
+    p.num_routes = num_routes;
+    p.num_tiles = num_tiles;
+    p.wait_ns = kGpuPlanWaitNs;
+    ISER_CUDA_CHECK(static_cast<cudaError_t>(cuda::launch_plan_rewrite(p, fused_max_ctas, stream)));
+  }
 }
 
 void GpuPlanner::plan_rewrite(const int32_t* counts, int32_t* plan, const int32_t* topk_ids,

@@ -39,10 +39,14 @@ int prepare_plan_rewrite_kernel(int smem_bytes, int* max_ctas) {
 int launch_plan_rewrite(const PlanRewriteParams& params, int max_ctas, CUstream_st* stream) {
   // The layout travels as a kernel argument, as for the plan kernel (plan.cu).
   const PlanSmem lay = PlanSmem::for_params(params.plan);
-  const long long items =
-      params.plan.num_plans + static_cast<long long>(params.num_rows) * params.num_tiles;
+  const long long works = static_cast<long long>(params.num_rows) * params.num_tiles;
+  const long long ctas = std::min<long long>(params.plan.num_plans + works, max_ctas);
+  // One CTA per plan, and at least one more for the tiles (plan_rewrite_kernel).
+  if (params.plan.num_plans < 1 || (works > 0 && ctas <= params.plan.num_plans)) {
+    return static_cast<int>(cudaErrorInvalidValue);
+  }
   cudaLaunchConfig_t config{};
-  config.gridDim = dim3(static_cast<unsigned>(std::min<long long>(items, max_ctas)));
+  config.gridDim = dim3(static_cast<unsigned>(ctas));
   config.blockDim = dim3(PlanRewriteConfig::kThreads);
   config.dynamicSmemBytes = static_cast<size_t>(plan_rewrite_smem_bytes(params));
   config.stream = stream;

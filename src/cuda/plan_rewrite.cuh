@@ -2,32 +2,34 @@
 // without the second kernel boundary, and with the rewrite's plan-independent work done while the
 // plan is being made.
 //
-// Work items, taken by CTA c in the order c, c + gridDim.x, ...: items [0, num_plans) are plans
-// (plan_cta, the plan kernel's body, unchanged), the others one rewrite tile (kRouteTile routes of
-// one row) each. A rewrite tile first loads its ids and computes every route's ordinal among the
+// CTA i < num_plans makes plan i (plan_cta, the plan kernel's body, unchanged, outside any loop:
+// with the plan inside an item loop beside the rewrite, ptxas made it 8% slower, 200 against 186
+// us in-kernel at EP64); the other CTAs take the rewrite tiles (kRouteTile routes of one row),
+// one or more each. A rewrite tile first loads its ids and computes every route's ordinal among the
 // row's routes of its expert (DESIGN §4.5): the tiles before it (count()'s tile counts), the warps
 // before it in the tile and the lanes before it in the warp. None of that reads the plan. Then
 // one thread waits until the plan is published, and the tile maps ordinals to slots with the
 // rewrite kernel's route_slot.
 //
-// Publication: the plan's CTA, after a block barrier that follows its last plan write, fences and
-// stores (release, gpu scope) the launch's generation in the plan's ready word; a waiting thread
+// Publication: the plan's CTA, after a block barrier that follows its last plan write, stores
+// (release, gpu scope) the launch's generation in the plan's ready word; a waiting thread
 // loads it with acquire semantics, then a block barrier orders its CTA's plan reads after that
 // load (the pattern of a cooperative grid barrier). The plan words are read with ld.global.cg (L2:
 // no L1 line of an earlier launch can be read).
 //
-// Generations: every CTA reads the epoch word at its start and uses epoch + 1; the last CTA to
-// finish (an arrival counter) resets the counter and stores the new epoch. Every CTA reads the
-// epoch before it arrives, so no CTA of a launch sees the epoch of the next one, and replays of a
-// CUDA graph need no reset. A ready word left at an older generation (a launch whose waiters gave
-// up) never equals a later one, so a stale plan is never read.
+// Generations: every CTA reads the epoch word at its start and uses epoch + 1; every CTA but
+// CTA 0 then counts itself in the start word (a release add). CTA 0, after publishing plan 0, waits
+// until all of them are counted (acquire), resets the count and stores the new epoch: no CTA of a
+// launch sees the epoch of the next one, and replays of a CUDA graph need no reset. A ready word
+// left at an older generation (a launch whose waiters gave up) never equals a later one, so a
+// stale plan is never read.
 //
-// NOTE (progress): the launch is cooperative, so all CTAs are co-resident. A CTA takes its plan
-// items before its rewrite items (plans have the lowest item indices), and a plan item never
-// waits: every plan is published in finite time, so every wait ends. Each CTA holds a whole SM
-// (PlanConfig::kThreads threads at up to 128 registers), so no waiting CTA shares the planner's
-// SM. A wait longer than wait_ns (a bug, or a preempted grid) sets kGpuPlanTimeout and leaves the
-// tile's routes at their home slots instead of hanging.
+// NOTE (progress): the launch is cooperative, so all CTAs are co-resident, and a plan CTA never
+// waits for another CTA's work (CTA 0 waits only for every CTA to have started): every plan is
+// published in finite time, so every wait ends. Each CTA holds a whole SM (PlanConfig::kThreads
+// threads at up to 128 registers), so no waiting CTA shares the planner's SM. A wait longer than
+// wait_ns (a bug, or a preempted grid) sets kGpuPlanTimeout and leaves the tile's routes at their
+// home slots instead of hanging.
 #pragma once
 
 #include "cuda/plan.cuh"
@@ -71,16 +73,41 @@ __device__ __forceinline__ void store_release(uint32_t* at, uint32_t v) {
   asm volatile("st.release.gpu.global.u32 [%0], %1;" ::"l"(at), "r"(v) : "memory");
 }
 
-// true once *ready == generation; false after wait_ns without it.
-inline __device__ __noinline__ bool wait_for_plan(const uint32_t* ready, uint32_t generation,
-                                                  long long wait_ns) {
+__device__ __forceinline__ void red_release_add(uint32_t* at, uint32_t v) {
+  asm volatile("red.release.gpu.global.add.u32 [%0], %1;" ::"l"(at), "r"(v) : "memory");
+}
+
+// true once *word == value (acquire); false after wait_ns without it.
+inline __device__ __noinline__ bool wait_for_word(const uint32_t* word, uint32_t value,
+                                                  long long wait_ns, int poll_ns) {
   const unsigned long long start = plan_detail::global_timer();
 #pragma unroll 1
-  while (load_acquire(ready) != generation) {
+  while (load_acquire(word) != value) {
     if (static_cast<long long>(plan_detail::global_timer() - start) > wait_ns) return false;
-    __nanosleep(32);
+    __nanosleep(poll_ns);
   }
   return true;
+}
+
+// dst[i] = src[i] for i < n, by the CTA: kBatch loads in flight per thread before the first
+// shared store (an in-order warp would otherwise wait for each load at its store).
+__device__ __forceinline__ void copy_words(int32_t* dst, const int32_t* src, int n, int tid) {
+  constexpr int kBatch = 8;
+  constexpr int kThreads = PlanRewriteConfig::kThreads;
+#pragma unroll 1
+  for (int first = tid; first < n; first += kBatch * kThreads) {
+    int v[kBatch];
+#pragma unroll
+    for (int k = 0; k < kBatch; ++k) {
+      const int i = first + k * kThreads;
+      v[k] = i < n ? __ldcg(src + i) : 0;
+    }
+#pragma unroll
+    for (int k = 0; k < kBatch; ++k) {
+      const int i = first + k * kThreads;
+      if (i < n) dst[i] = v[k];
+    }
+  }
 }
 
 // One rewrite tile: routes [tile * kRouteTile, +kRouteTile) of row `row`.
@@ -125,9 +152,13 @@ __device__ __forceinline__ void rewrite_tile(const PlanRewriteParams& p, int row
     const int idx = base + i * 32 + lane;
     id[i] = idx < p.num_routes ? __ldg(ids + idx) : -1;
   }
-  const int32_t* counts = p.plan.counts + (static_cast<int64_t>(plan_idx) * P + s) * E;
+  copy_words(count_row, p.plan.counts + (static_cast<int64_t>(plan_idx) * P + s) * E, E, tid);
+  // The plan's lines into L2 (and their translations) while it is being made: its words are read
+  // with ld.global.cg after the wait, so no stale copy can be read, only the wait shortened.
 #pragma unroll 1
-  for (int e = tid; e < E; e += Config::kThreads) count_row[e] = __ldg(counts + e);
+  for (int i = 32 * tid; i < p.plan.plan_words; i += 32 * Config::kThreads) {
+    asm volatile("prefetch.global.L2 [%0];" ::"l"(plan + i));
+  }
 #pragma unroll 1
   for (int i = tid; i < Config::kWarps * E; i += Config::kThreads) warp_counts[i] = 0;
   __syncthreads();
@@ -171,8 +202,17 @@ __device__ __forceinline__ void rewrite_tile(const PlanRewriteParams& p, int row
     }
     if (in_tile == 0 && !last_tile) continue;
     int run = 0;
-#pragma unroll 4
-    for (int t = 0; t < tile; ++t) run += __ldg(tiles + static_cast<int64_t>(t) * E + e);
+    constexpr int kBatch = 8;  // loads in flight per thread
+#pragma unroll 1
+    for (int first = 0; first < tile; first += kBatch) {
+      int v[kBatch];
+#pragma unroll
+      for (int k = 0; k < kBatch; ++k) {
+        v[k] = first + k < tile ? __ldg(tiles + static_cast<int64_t>(first + k) * E + e) : 0;
+      }
+#pragma unroll
+      for (int k = 0; k < kBatch; ++k) run += v[k];
+    }
 #pragma unroll
     for (int w = 0; w < Config::kWarps; ++w) {
       warp_counts[w * E + e] = run;
@@ -188,29 +228,22 @@ __device__ __forceinline__ void rewrite_tile(const PlanRewriteParams& p, int row
 
   // ---- the plan: wait for it, stage its tables of source rank s -----------------------------
   if (tid == 0) {
-    published = wait_for_plan(p.sync + kSyncReady + plan_idx, generation, p.wait_ns) ? 1 : 0;
+    published =
+        wait_for_word(p.sync + kSyncReady + plan_idx, generation, p.wait_ns, p.poll_ns) ? 1 : 0;
   }
   __syncthreads();
-  int B = 0;
-  bool owner_home = false;
+  int plan_status = 0;
+  int num_broadcasts = 0;
+  int flags = 0;
   const bool staged = rewrite_detail::stages_demand(P, max_b);
   if (published != 0) {
-    // NOTE: one load round: the tables are staged for every b < max_b without waiting for B
-    // (rows past B are never looked up: expert_broadcast maps only to b < B).
-    const int plan_status = __ldcg(plan + GpuPlanLayout::kStatus);
-    B = plan_status == 0 ? __ldcg(plan + GpuPlanLayout::kNumBroadcasts) : 0;
-    owner_home = (__ldcg(plan + GpuPlanLayout::kFlags) & 1) != 0;
-    if (plan_status != 0 && tile == 0 && tid == 0) atomicOr(p.error_word, kGpuPlanNotOk);
-#pragma unroll 1
-    for (int e = tid; e < E; e += Config::kThreads) {
-      expert_broadcast[e] = __ldcg(plan + lay.expert_broadcast() + e);
-    }
-    if (staged) {
-#pragma unroll 1
-      for (int i = tid; i < max_b * P; i += Config::kThreads) {
-        staged_demand[i] = __ldcg(plan + lay.demand_end() + i);
-      }
-    }
+    // NOTE: one load round: the header and the tables (every b < max_b, without waiting for B:
+    // rows past B are never looked up, expert_broadcast maps only to b < B) are loaded together.
+    plan_status = __ldcg(plan + GpuPlanLayout::kStatus);
+    num_broadcasts = __ldcg(plan + GpuPlanLayout::kNumBroadcasts);
+    flags = __ldcg(plan + GpuPlanLayout::kFlags);
+    copy_words(expert_broadcast, plan + lay.expert_broadcast(), E, tid);
+    if (staged) copy_words(staged_demand, plan + lay.demand_end(), max_b * P, tid);
 #pragma unroll 1
     for (int b = tid; b < max_b; b += Config::kThreads) {
       const int32_t* rec = plan + lay.broadcasts() + b * GpuPlanLayout::kBroadcastWords;
@@ -223,10 +256,12 @@ __device__ __forceinline__ void rewrite_tile(const PlanRewriteParams& p, int row
       b_supply_begin[b] = __ldcg(plan + lay.supply_begin() + b * P + s);
       b_demand_before[b] = s > 0 ? __ldcg(plan + lay.demand_end() + b * P + s - 1) : 0;
     }
-  } else if (tid == 0) {
-    atomicOr(p.error_word, kGpuPlanTimeout);
   }
   __syncthreads();
+  const int B = plan_status == 0 ? num_broadcasts : 0;
+  const bool owner_home = (flags & 1) != 0;
+  if (published == 0 && tid == 0) atomicOr(p.error_word, kGpuPlanTimeout);
+  if (plan_status != 0 && tile == 0 && tid == 0) atomicOr(p.error_word, kGpuPlanNotOk);
 
   // ---- slots ----------------------------------------------------------------------------------
   int32_t* out = p.slot_ids + static_cast<int64_t>(row) * p.num_routes;
@@ -259,39 +294,53 @@ __device__ __forceinline__ void rewrite_tile(const PlanRewriteParams& p, int row
   }
 }
 
+// CTA 0, thread 0, after plan 0 is published: once every other CTA has read the epoch, the next
+// launch's epoch. NOTE: each CTA's add is a release after its epoch read, this load an acquire, so
+// those reads happen before the store. If a CTA never counts itself (a bug), the epoch moves on
+// after wait_ns all the same: that CTA would read the new epoch and wait for a generation no plan
+// of this launch publishes, i.e. time out (kGpuPlanTimeout), never read a stale plan.
+__device__ __forceinline__ void advance_epoch(const PlanRewriteParams& p, uint32_t generation) {
+  if (!wait_for_word(p.sync + kSyncStarted, gridDim.x - 1, p.wait_ns, p.poll_ns)) {
+    atomicOr(p.error_word, kGpuPlanTimeout);
+  }
+  p.sync[kSyncStarted] = 0;
+  p.sync[kSyncEpoch] = generation;
+}
+
 }  // namespace plan_rewrite_detail
 
+// CTAs [0, num_plans) plan (one plan each: launch_plan_rewrite needs num_plans < gridDim.x), the
+// others take the rewrite tiles, tile w on CTA num_plans + w % (gridDim.x - num_plans).
 __global__ void __launch_bounds__(PlanRewriteConfig::kThreads, 1)
     plan_rewrite_kernel(const PlanRewriteParams p, const PlanSmem lay) {
   using namespace plan_rewrite_detail;
   __shared__ uint32_t epoch;
   const int tid = threadIdx.x;
-  if (tid == 0) epoch = load_relaxed(p.sync + kSyncEpoch);
+  if (tid == 0) {
+    epoch = load_relaxed(p.sync + kSyncEpoch);
+    if (blockIdx.x != 0) red_release_add(p.sync + kSyncStarted, 1u);
+  }
   __syncthreads();
   const uint32_t generation = epoch + 1u;
+  const int cta = static_cast<int>(blockIdx.x);
   const int num_plans = p.plan.num_plans;
-  const int num_items = num_plans + p.num_rows * p.num_tiles;
-#pragma unroll 1
-  for (int item = blockIdx.x; item < num_items; item += gridDim.x) {
-    if (item < num_plans) {
-      plan_cta<false>(p.plan, lay, item);
-      __syncthreads();  // every plan word written
-      if (tid == 0) {
-        __threadfence();
-        store_release(p.sync + kSyncReady + item, generation);
-      }
-    } else {
-      const int work = item - num_plans;
-      rewrite_tile(p, work / p.num_tiles, work % p.num_tiles, generation);
+  if (cta < num_plans) {
+    plan_cta<false>(p.plan, lay, cta);
+    __syncthreads();  // every plan word written
+    if (tid == 0) {
+      // NOTE: the barrier orders every thread's plan writes before this gpu-scope release (the
+      // cumulativity a grid barrier relies on); no separate fence is needed on the plan's path.
+      store_release(p.sync + kSyncReady + cta, generation);
+      if (cta == 0) advance_epoch(p, generation);
     }
-    __syncthreads();  // the next item reuses the shared memory
+    return;
   }
-  if (tid == 0) {
-    __threadfence();  // NOTE: orders this CTA's epoch read (and its publications) before arriving
-    if (atomicAdd(p.sync + kSyncArrivals, 1u) == gridDim.x - 1) {
-      p.sync[kSyncArrivals] = 0;        // every CTA has arrived: nobody reads either word until the
-      p.sync[kSyncEpoch] = generation;  // next launch, which the kernel boundary orders after
-    }
+  const int num_works = p.num_rows * p.num_tiles;
+  const int stride = static_cast<int>(gridDim.x) - num_plans;
+#pragma unroll 1
+  for (int work = cta - num_plans; work < num_works; work += stride) {
+    rewrite_tile(p, work / p.num_tiles, work % p.num_tiles, generation);
+    __syncthreads();  // the next tile reuses the shared memory
   }
 }
 

@@ -78,9 +78,9 @@ int launch_rewrite(const RewriteParams& params, CUstream_st* stream);
 
 // Fused planner + rewrite (plan_rewrite.cuh): plan p.plan's num_plans invocations and rewrite
 // the routes of num_rows ranks of them in one cooperative launch. Sync words (uint32, zero when
-// allocated, never reset): [kSyncEpoch] launches completed, [kSyncArrivals] CTAs of the running
-// launch that finished, [kSyncReady + i] the generation (epoch + 1) whose plan i is published.
-enum PlanRewriteSync { kSyncEpoch = 0, kSyncArrivals = 1, kSyncReady = 2 };
+// allocated, never reset): [kSyncEpoch] launches completed, [kSyncStarted] CTAs of the running
+// launch that read the epoch, [kSyncReady + i] the generation (epoch + 1) of the latest plan i.
+enum PlanRewriteSync { kSyncEpoch = 0, kSyncStarted = 1, kSyncReady = 2 };
 inline constexpr int plan_rewrite_sync_words(int max_plans) {
   return kSyncReady + max_plans;
 }
@@ -97,13 +97,16 @@ struct PlanRewriteParams {
   int num_routes = 0;
   int num_tiles = 0;
   long long wait_ns = 0;  // a rewrite CTA gives up on its plan after this long (kGpuPlanTimeout)
+  int poll_ns = 64;       // sleep between two polls of the plan's ready word
 };
 // Dynamic shared memory of the fused kernel (bytes): the planner's or a rewrite tile's, the larger.
 int plan_rewrite_smem_bytes(const PlanRewriteParams& params);
 // Raises the kernel's shared-memory limit; returns the cudaError_t, and in *max_ctas the most
 // CTAs a cooperative launch of it may have on this device (0: it cannot be launched).
 int prepare_plan_rewrite_kernel(int smem_bytes, int* max_ctas);
-// One cooperative launch of min(work items, max_ctas) CTAs (max_ctas from the prepare call).
+// One cooperative launch of min(num_plans + rewrite tiles, max_ctas) CTAs (max_ctas from the
+// prepare call): a CTA per plan, the others share the tiles. cudaErrorInvalidValue unless
+// num_plans < max_ctas (the caller launches fewer plans at a time).
 int launch_plan_rewrite(const PlanRewriteParams& params, int max_ctas, CUstream_st* stream);
 
 }  // namespace iser::cuda
