@@ -44,8 +44,8 @@ enum GpuStatus : uint32_t {
   kGpuPlanInvariant = 1u << 4,   // plan: a quota < 0 or quotas not summing to hist (internal)
   kGpuStaleTiles = 1u << 5,      // rewrite: tile counts from count() do not match the counts
   kGpuPlanNotOk = 1u << 6,       // rewrite: the plan's status was not 0 (home slots were used)
-  kGpuPlanTimeout = 1u << 7,     // plan_rewrite: a rewrite CTA waited longer than the planner's
-                                 // wait limit for its plan (home slots were used)
+  kGpuPlanTimeout = 1u << 7,     // plan_rewrite: a CTA waited longer than kGpuPlanWaitNs for a
+                                 // plan (its routes went home) or for the others to start
 };
 // "bad-expert-id|stale-tiles" style names of the set bits ("ok" for 0).
 std::string describe_gpu_status(uint32_t status);
@@ -168,7 +168,8 @@ class GpuPlanner {
   // tile counts of the last count() of these ids; HALO-Q options only (not iser, as rewrite()).
   void plan_rewrite(const int32_t* counts, int32_t* plan, const int32_t* topk_ids, int num_tokens,
                     int top_k, int rank_idx, int32_t* slot_ids, CUstream_st* stream);
-  // plan() of num_plans invocations and rewrite_all() of all their ranks, as one kernel.
+  // plan() of num_plans invocations and rewrite_all() of all their ranks: one kernel, or several
+  // in stream order when num_plans exceeds half the CTAs the device holds at once.
   void plan_rewrite_all(const int32_t* counts, int32_t* plans, const int32_t* topk_ids,
                         int num_tokens, int top_k, int num_plans, int32_t* slot_ids,
                         CUstream_st* stream);
