@@ -1,9 +1,10 @@
-// GPU planner benchmark (issue 6, DESIGN §11): kernel time of the HALO-Q planner alone and of
-// planner + rewrite (one rank's tau x k routes) per EP degree, on counts sampled from the bundled
-// real histograms (dsv41-flash/coding.csv, DESIGN §8 sampling rule). CUDA events around CUDA-graph
-// replays, L2 flushed before every replay, inputs cycled; medians of >= 200 samples. Baselines
-// measured in the same run: the CPU reference planner (plan_halo_q, one core) on the same counts
-// and the count kernel.
+// GPU planner benchmark (issue 6, DESIGN §11): kernel time of the HALO-Q planner alone, of
+// planner + rewrite (one rank's tau x k routes; two kernels) and of the fused planner + rewrite
+// (GpuPlanner::plan_rewrite, one cooperative kernel) per EP degree, on counts sampled from the
+// bundled real histograms (dsv41-flash/coding.csv, DESIGN §8 sampling rule). CUDA events around
+// CUDA-graph replays, L2 flushed before every replay, inputs cycled; medians of >= 200 samples.
+// Baselines measured in the same run: the CPU reference planner (plan_halo_q, one core) on the same
+// counts and the count kernel.
 //
 //   bench_planner_gpu [-p 4,8,16,32,64] [-E 384] [-S 4] [-t 8192] [-k 6] [-w 20] [-n 400]
 //                     [-G 1] [-c 1] [-J out.json] [-d coding.csv] [-i 16] [-P halo-q,iser]
@@ -14,6 +15,7 @@
 //   without a previous plan, GpuPlannerOptions::iser; its plan+rewrite column is "-" because
 //   the GPU rewrite does not take iser plans, and its CPU baseline is plan_iser), -R 1 the
 //   experimental scheduled repair (GpuPlanner::set_scheduled_repair) instead of the default.
+//   fused_us: plan_rewrite() in the same run, fused/2k its ratio to plan+rw_us (two kernels).
 #include <cuda_runtime.h>
 
 #include <algorithm>
@@ -222,8 +224,9 @@ int main(int argc, char** argv) {
       prop.name, prop.multiProcessorCount, prop.l2CacheSize >> 20, args.experts, args.slots,
       args.tokens, args.top_k, args.graph ? "graph replays" : "launches", args.iters,
       args.scheduled_repair ? "scheduled (-R 1)" : "by phases");
-  std::printf("# %4s %7s %14s %14s %14s %14s %14s %12s %10s\n", "EP", "policy", "plan_us",
-              "plan_kern_us", "plan+rw_us", "count_us", "cpu_plan_us", "cpu/gpu", "bcasts");
+  std::printf("# %4s %7s %14s %14s %14s %10s %9s %14s %14s %12s %10s\n", "EP", "policy", "plan_us",
+              "plan_kern_us", "plan+rw_us", "fused_us", "fused/2k", "count_us", "cpu_plan_us",
+              "cpu/gpu", "bcasts");
   cudaStream_t stream;
   BENCH_CUDA(cudaStreamCreateWithFlags(&stream, cudaStreamNonBlocking));
   const size_t flush_bytes = std::max<size_t>(size_t{4} * prop.l2CacheSize, size_t{256} << 20);
@@ -270,7 +273,8 @@ int main(int argc, char** argv) {
       // One planner per input: rewrite() uses the tile counts of the input's own count().
       std::vector<GpuPlanner> planners;
       std::vector<int32_t*> d_counts(num_inputs), d_plan(num_inputs), d_ids(num_inputs),
-          d_slots(num_inputs), d_row(num_inputs);
+          d_slots(num_inputs), d_row(num_inputs), d_fused_plan(num_inputs),
+          d_fused_slots(num_inputs);
       const int rank = 0;
       for (int i = 0; i < num_inputs; ++i) {
         planners.emplace_back(topo, n, options);
@@ -279,6 +283,8 @@ int main(int argc, char** argv) {
         BENCH_CUDA(cudaMalloc(&d_plan[i], sizeof(int32_t) * planners[i].plan_words()));
         BENCH_CUDA(cudaMalloc(&d_ids[i], sizeof(int32_t) * n));
         BENCH_CUDA(cudaMalloc(&d_slots[i], sizeof(int32_t) * n));
+        BENCH_CUDA(cudaMalloc(&d_fused_plan[i], sizeof(int32_t) * planners[i].plan_words()));
+        BENCH_CUDA(cudaMalloc(&d_fused_slots[i], sizeof(int32_t) * n));
         BENCH_CUDA(cudaMalloc(&d_row[i], sizeof(int32_t) * args.experts));
         BENCH_CUDA(cudaMemcpy(d_counts[i], counts[i].data().data(),
                               sizeof(int32_t) * P * args.experts, cudaMemcpyHostToDevice));
@@ -288,12 +294,18 @@ int main(int argc, char** argv) {
       }
       BENCH_CUDA(cudaStreamSynchronize(stream));
 
-      std::vector<cudaGraphExec_t> g_plan(num_inputs), g_both(num_inputs), g_count(num_inputs);
+      std::vector<cudaGraphExec_t> g_plan(num_inputs), g_both(num_inputs), g_fused(num_inputs),
+          g_fused_timed(num_inputs), g_count(num_inputs);
       auto plan_work = [&](int i) { planners[i].plan(d_counts[i], d_plan[i], stream); };
       auto both_work = [&](int i) {
         planners[i].plan(d_counts[i], d_plan[i], stream);
         planners[i].rewrite(d_ids[i], args.tokens, args.top_k, rank, d_counts[i], d_plan[i],
                             d_slots[i], stream);
+      };
+      // The fused kernel writes its own plan and slot buffers: both paths are checked below.
+      auto fused_work = [&](int i) {
+        planners[i].plan_rewrite(d_counts[i], d_fused_plan[i], d_ids[i], args.tokens, args.top_k,
+                                 rank, d_fused_slots[i], stream);
       };
       auto count_work = [&](int i) {
         planners[i].count(d_ids[i], args.tokens, args.top_k, d_row[i], stream);
@@ -313,7 +325,13 @@ int main(int argc, char** argv) {
           planners[i].set_plan_timer(timer);
           g_plan[i] = make_graph(stream, [&] { plan_work(i); });
           planners[i].set_plan_timer(nullptr);
-          if (!iser) g_both[i] = make_graph(stream, [&] { both_work(i); });
+          if (!iser) {
+            g_both[i] = make_graph(stream, [&] { both_work(i); });
+            g_fused[i] = make_graph(stream, [&] { fused_work(i); });
+            planners[i].set_plan_timer(timer);  // the fused kernel's plan CTA, stage by stage
+            g_fused_timed[i] = make_graph(stream, [&] { fused_work(i); });
+            planners[i].set_plan_timer(nullptr);
+          }
           g_count[i] = make_graph(stream, [&] { count_work(i); });
         }
       }
@@ -328,6 +346,15 @@ int main(int argc, char** argv) {
       const Timing t_both = iser ? Timing{}
                                  : time_replays(args, num_inputs, stream, flush, flush_bytes,
                                                 nullptr, run(g_both, both_work));
+      const Timing t_fused = iser ? Timing{}
+                                  : time_replays(args, num_inputs, stream, flush, flush_bytes,
+                                                 nullptr, run(g_fused, fused_work));
+      // The same with the plan CTA's stage stamps (a separate run: the stamps cost a little).
+      for (auto& planner : planners) planner.set_plan_timer(timer);
+      const Timing t_fused_timed = iser ? Timing{}
+                                        : time_replays(args, num_inputs, stream, flush, flush_bytes,
+                                                       timer, run(g_fused_timed, fused_work));
+      for (auto& planner : planners) planner.set_plan_timer(nullptr);
       const Timing t_count = time_replays(args, num_inputs, stream, flush, flush_bytes, nullptr,
                                           run(g_count, count_work));
 
@@ -357,29 +384,41 @@ int main(int argc, char** argv) {
           ok &= got == want;
           continue;
         }
-        std::vector<int32_t> want_slots(n), got_slots(n);
+        std::vector<int32_t> want_slots(n), got_slots(n), fused_slots(n);
         rewrite_tokens(topo, counts[i], want, rank,
                        std::span<const int32_t>(ids[i]).subspan(static_cast<size_t>(rank) * n, n),
                        args.top_k, want_slots);
         BENCH_CUDA(
             cudaMemcpy(got_slots.data(), d_slots[i], sizeof(int32_t) * n, cudaMemcpyDeviceToHost));
-        ok &= got == want && got_slots == want_slots && planners[i].read_errors() == 0;
+        BENCH_CUDA(cudaMemcpy(fused_slots.data(), d_fused_slots[i], sizeof(int32_t) * n,
+                              cudaMemcpyDeviceToHost));
+        const Plan fused = download_plan(planners[i].layout(), d_fused_plan[i]);
+        ok &= got == want && got_slots == want_slots && fused == want &&
+              fused_slots == want_slots && planners[i].read_errors() == 0;
       }
       all_ok &= ok;
       char both[32] = "-";
-      if (!iser) std::snprintf(both, sizeof(both), "%.2f", t_both.event_us);
-      std::printf("  %4d %7s %14.2f %14.2f %14s %14.2f %14.2f %12.2f %10.1f%s\n", P, policy.c_str(),
-                  t_plan.event_us, t_plan.kernel_us, both, t_count.event_us, cpu,
-                  cpu / t_plan.event_us, static_cast<double>(broadcasts) / num_inputs,
+      char fused[32] = "-";
+      char ratio[32] = "-";
+      if (!iser) {
+        std::snprintf(both, sizeof(both), "%.2f", t_both.event_us);
+        std::snprintf(fused, sizeof(fused), "%.2f", t_fused.event_us);
+        std::snprintf(ratio, sizeof(ratio), "%.3f", t_fused.event_us / t_both.event_us);
+      }
+      std::printf("  %4d %7s %14.2f %14.2f %14s %10s %9s %14.2f %14.2f %12.2f %10.1f%s\n", P,
+                  policy.c_str(), t_plan.event_us, t_plan.kernel_us, both, fused, ratio,
+                  t_count.event_us, cpu, cpu / t_plan.event_us,
+                  static_cast<double>(broadcasts) / num_inputs,
                   args.check ? (ok ? "  check ok" : "  CHECK FAILED") : "");
-      for (const Timing* t : {&t_plan, &t_warm}) {
+      for (const Timing* t : {&t_plan, &t_warm, &t_fused_timed}) {
+        if (t == &t_fused_timed && iser) continue;
         std::printf(
             "       %s: plan %.2f us (in-kernel %.2f): hist+candidates %.2f, placement %.2f, "
             "repair set-up+modes %.2f, repair: pair lists %.2f, levels %.2f, trades %.2f, "
             "output %.2f; coloring (beside set-up and repair) ends %.2f after placement\n",
-            t == &t_plan ? "L2 flushed" : "L2 warm   ", t->event_us, t->kernel_us, t->stage_us[0],
-            t->stage_us[1], t->stage_us[2], t->stage_us[3], t->stage_us[4], t->stage_us[5],
-            t->stage_us[6], t->coloring_us);
+            t == &t_plan ? "L2 flushed" : (t == &t_warm ? "L2 warm   " : "fused, L2 flushed"),
+            t->event_us, t->kernel_us, t->stage_us[0], t->stage_us[1], t->stage_us[2],
+            t->stage_us[3], t->stage_us[4], t->stage_us[5], t->stage_us[6], t->coloring_us);
       }
       auto stages = [](const Timing& t) {
         std::string list;
@@ -391,25 +430,32 @@ int main(int argc, char** argv) {
           buf, sizeof(buf),
           "%s{\"ep\":%d,\"policy\":\"%s\",\"experts\":%d,\"slots\":%d,\"tokens\":%d,\"top_k\":%d,"
           "\"plan_us\":%.3f,\"plan_kernel_us\":%.3f,\"plan_rewrite_us\":%.3f,"
+          "\"fused_plan_rewrite_us\":%.3f,"
           "\"count_us\":%.3f,\"cpu_plan_us\":%.3f,\"stages_us\":%s,\"coloring_us\":%.3f,"
           "\"plan_warm_us\":%.3f,\"plan_warm_kernel_us\":%.3f,\"warm_stages_us\":%s,"
           "\"check\":%s}",
           json.size() > 1 ? "," : "", P, policy.c_str(), args.experts, args.slots, args.tokens,
-          args.top_k, t_plan.event_us, t_plan.kernel_us, t_both.event_us, t_count.event_us, cpu,
-          stages(t_plan).c_str(), t_plan.coloring_us, t_warm.event_us, t_warm.kernel_us,
-          stages(t_warm).c_str(), args.check ? (ok ? "true" : "false") : "null");
+          args.top_k, t_plan.event_us, t_plan.kernel_us, t_both.event_us, t_fused.event_us,
+          t_count.event_us, cpu, stages(t_plan).c_str(), t_plan.coloring_us, t_warm.event_us,
+          t_warm.kernel_us, stages(t_warm).c_str(), args.check ? (ok ? "true" : "false") : "null");
       json += buf;
 
       for (int i = 0; i < num_inputs; ++i) {
         if (args.graph) {
           BENCH_CUDA(cudaGraphExecDestroy(g_plan[i]));
-          if (!iser) BENCH_CUDA(cudaGraphExecDestroy(g_both[i]));
+          if (!iser) {
+            BENCH_CUDA(cudaGraphExecDestroy(g_both[i]));
+            BENCH_CUDA(cudaGraphExecDestroy(g_fused[i]));
+            BENCH_CUDA(cudaGraphExecDestroy(g_fused_timed[i]));
+          }
           BENCH_CUDA(cudaGraphExecDestroy(g_count[i]));
         }
         BENCH_CUDA(cudaFree(d_counts[i]));
         BENCH_CUDA(cudaFree(d_plan[i]));
         BENCH_CUDA(cudaFree(d_ids[i]));
         BENCH_CUDA(cudaFree(d_slots[i]));
+        BENCH_CUDA(cudaFree(d_fused_plan[i]));
+        BENCH_CUDA(cudaFree(d_fused_slots[i]));
         BENCH_CUDA(cudaFree(d_row[i]));
       }
     }  // policies

@@ -29,6 +29,10 @@ inline constexpr int kGpuMaxExperts = 1024;
 inline constexpr int kGpuMaxSlots = 16;
 inline constexpr int kGpuMaxRoutesPerRank = 262144;  // tau * k per rank
 inline constexpr int kGpuPlanTimerSlots = 9;
+// GpuPlanner::plan_rewrite: how long a rewrite CTA waits for its plan before it gives up
+// (kGpuPlanTimeout). The plan takes microseconds; the limit only turns a hang into a status bit
+// and leaves room for compute-sanitizer, which slows the planner by orders of magnitude.
+inline constexpr long long kGpuPlanWaitNs = 10'000'000'000LL;
 
 // Status bits (device words; 0 = success).
 enum GpuStatus : uint32_t {
@@ -40,6 +44,8 @@ enum GpuStatus : uint32_t {
   kGpuPlanInvariant = 1u << 4,   // plan: a quota < 0 or quotas not summing to hist (internal)
   kGpuStaleTiles = 1u << 5,      // rewrite: tile counts from count() do not match the counts
   kGpuPlanNotOk = 1u << 6,       // rewrite: the plan's status was not 0 (home slots were used)
+  kGpuPlanTimeout = 1u << 7,     // plan_rewrite: a CTA waited longer than kGpuPlanWaitNs for a
+                                 // plan (its routes went home) or for the others to start
 };
 // "bad-expert-id|stale-tiles" style names of the set bits ("ok" for 0).
 std::string describe_gpu_status(uint32_t status);
@@ -152,6 +158,21 @@ class GpuPlanner {
   // count(..., num_rows = num_plans * P), counts [num_plans][P][E], plans [num_plans][words].
   void rewrite_all(const int32_t* topk_ids, int num_tokens, int top_k, const int32_t* counts,
                    const int32_t* plans, int num_plans, int32_t* slot_ids, CUstream_st* stream);
+
+  // plan() then rewrite() of rank rank_idx, as one cooperative kernel (src/cuda/plan_rewrite.cuh):
+  // no second kernel boundary, and the rewrite's plan-independent work (ids, route ordinals) runs
+  // while the plan is made. The plan words and slot ids are those of plan() + rewrite(), bit for
+  // bit, and so are the status bits, except that the last tile checks the tile counts of every
+  // expert (not only the broadcast ones) for kGpuStaleTiles, and that a rewrite CTA that waits
+  // longer than kGpuPlanWaitNs for its plan sets kGpuPlanTimeout and uses home slots. Needs the
+  // tile counts of the last count() of these ids; HALO-Q options only (not iser, as rewrite()).
+  void plan_rewrite(const int32_t* counts, int32_t* plan, const int32_t* topk_ids, int num_tokens,
+                    int top_k, int rank_idx, int32_t* slot_ids, CUstream_st* stream);
+  // plan() of num_plans invocations and rewrite_all() of all their ranks: one kernel, or several
+  // in stream order when num_plans exceeds half the CTAs the device holds at once.
+  void plan_rewrite_all(const int32_t* counts, int32_t* plans, const int32_t* topk_ids,
+                        int num_tokens, int top_k, int num_plans, int32_t* slot_ids,
+                        CUstream_st* stream);
 
   // Sticky device error word of count()/rewrite() (GpuStatus bits; the plans carry their own).
   uint32_t* error_word() const;

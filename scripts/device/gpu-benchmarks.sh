@@ -11,7 +11,7 @@ B=build/gpu/bench; T=build/gpu/tests/iser_gpu_tests
 timeout 120 $T --gtest_filter='GpuPlan*:GroupedMlp*:Gemm/*:LogicalEpLayer*:MoeEpLayer*' > $O/tests.log 2>&1
 echo "tests rc=$? $(el)"; grep -E "GPU ==|^\[  (PASSED|FAILED) |Failure" $O/tests.log | head -20
 S=/usr/local/cuda/bin/compute-sanitizer
-F='GpuPlanner.MatchesCpuOnRandomSkewedTokens:GpuPlanner.ReportsBadInputsInStatusWords:GpuPlanner.RunsInsideACudaGraph'
+F='GpuPlanner.MatchesCpuOnRandomSkewedTokens:GpuPlanner.ReportsBadInputsInStatusWords:GpuPlanner.RunsInsideACudaGraph:GpuPlanRewrite.MatchesCpuOnRandomSkewedTokens:GpuPlanRewrite.GraphReplaysSeeTheirOwnInput:GpuPlanRewrite.ReportsBadInputsInStatusWords'
 for tool in memcheck racecheck synccheck; do
   CUDA_VISIBLE_DEVICES=0 ISER_GPU_TEST_SCALE=0.0005 timeout 40 $S --tool $tool --error-exitcode 9 $T --gtest_filter=$F > $O/san_$tool.log 2>&1
   echo "$tool rc=$? $(grep -E 'ERROR SUMMARY|RACECHECK SUMMARY' $O/san_$tool.log | tr '\n' ' ') $(el)"

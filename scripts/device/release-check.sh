@@ -20,7 +20,7 @@ step ctest 200 ctest --test-dir $B -L gpu --output-on-failure --timeout 150
 grep -E "GPU ==|GPU iser|tests passed|tests failed|\*\*\*Failed|Failed  |Not Run" $O/ctest.log | tail -20
 T=$B/tests/iser_gpu_tests
 SAN=/usr/local/cuda/bin/compute-sanitizer
-F=${SAN_FILTER:-'GpuPlannerIser.MatchesCpuOnRandomSkewedTokens:GpuPlanner.MatchesCpuOnRandomSkewedTokens:GpuPlanner.RunsInsideACudaGraph:GpuPlanner.ReportsBadInputsInStatusWords'}
+F=${SAN_FILTER:-'GpuPlannerIser.MatchesCpuOnRandomSkewedTokens:GpuPlanner.MatchesCpuOnRandomSkewedTokens:GpuPlanner.RunsInsideACudaGraph:GpuPlanner.ReportsBadInputsInStatusWords:GpuPlanRewrite.MatchesCpuOnRandomSkewedTokens:GpuPlanRewrite.GraphReplaysSeeTheirOwnInput:GpuPlanRewrite.ReportsBadInputsInStatusWords'}
 for tool in racecheck memcheck synccheck; do
   CUDA_VISIBLE_DEVICES=0 ISER_GPU_TEST_SCALE=0.0005 step san_$tool 30 \
     $SAN --tool $tool --error-exitcode 9 $T --gtest_filter=$F

@@ -21,7 +21,7 @@ std::string describe_gpu_status(uint32_t status) {
       {kGpuBadExpertId, "bad-expert-id"},      {kGpuBadCounts, "bad-counts"},
       {kGpuColoringFailed, "coloring-failed"}, {kGpuPlanOverflow, "plan-overflow"},
       {kGpuPlanInvariant, "plan-invariant"},   {kGpuStaleTiles, "stale-tiles"},
-      {kGpuPlanNotOk, "plan-not-ok"}};
+      {kGpuPlanNotOk, "plan-not-ok"},          {kGpuPlanTimeout, "plan-timeout"}};
   std::string text;
   uint32_t known = 0;
   for (const auto& [bit, name] : kNames) {
@@ -211,7 +211,45 @@ struct GpuPlanner::Impl {
   DeviceArray<int32_t> tile_counts;  // [max_rows][max_tiles][E]
   DeviceArray<uint32_t> tickets;     // [max_rows]
   DeviceArray<uint32_t> error_word;  // [1]
+  // plan_rewrite(): the fused kernel's sync words (zero once, never reset), its shared memory and
+  // the most CTAs one cooperative launch of it may have (0: not available).
+  DeviceArray<uint32_t> fused_sync;
+  int fused_smem = 0;
+  int fused_max_ctas = 0;
+
+  cuda::PlanParams plan_params(const int32_t* counts, int32_t* plans, int num_plans) const;
+  // plan_rewrite() / plan_rewrite_all(): num_plans plans, then rows [first_rank, + num_rows).
+  void launch_fused(const int32_t* counts, int32_t* plans, int num_plans, const int32_t* topk_ids,
+                    int num_routes, int first_rank, int num_rows, int32_t* slot_ids,
+                    CUstream_st* stream) const;
 };
+
+cuda::PlanParams GpuPlanner::Impl::plan_params(const int32_t* counts, int32_t* plans,
+                                               int num_plans) const {
+  cuda::PlanParams p;
+  p.counts = counts;
+  p.plans = plans;
+  p.timer = timer;
+  p.scheduled_repair = scheduled_repair;
+  p.num_plans = num_plans;
+  p.plan_words = layout.total_words();
+  p.num_ranks = topo.num_ranks;
+  p.num_experts = topo.num_experts;
+  p.num_slots = topo.num_slots;
+  p.num_levels = topo.num_levels();
+  p.max_broadcasts = layout.max_broadcasts;
+  p.max_count = max_routes;
+  p.min_move = options.min_move;
+  p.owner_home = options.owner_home;
+  p.absorb = options.absorb;
+  p.owner_in_group = options.owner_in_group;
+  p.iser = options.iser;
+  if (p.iser) {  // plan_iser runs HALO-Q's reference placement as one of its candidates
+    p.absorb = false;
+    p.owner_in_group = false;
+  }
+  return p;
+}
 
 GpuPlanner::GpuPlanner(const Topology& topo, int max_routes_per_rank,
                        const GpuPlannerOptions& options, int max_rows) {
@@ -261,6 +299,17 @@ GpuPlanner::GpuPlanner(const Topology& topo, int max_routes_per_rank,
                P, E, S, d.plan_smem, d.rewrite_smem, smem_optin);
     ISER_CUDA_CHECK(static_cast<cudaError_t>(cuda::prepare_plan_kernel(d.plan_smem)));
     ISER_CUDA_CHECK(static_cast<cudaError_t>(cuda::prepare_rewrite_kernel(d.rewrite_smem)));
+    if (!options.iser) {  // plan_rewrite(): the rewrite takes HALO-Q plans only
+      cuda::PlanRewriteParams fused;
+      fused.plan = plan_params;
+      d.fused_smem = cuda::plan_rewrite_smem_bytes(fused);
+      if (d.fused_smem <= smem_optin) {
+        ISER_CUDA_CHECK(static_cast<cudaError_t>(
+            cuda::prepare_plan_rewrite_kernel(d.fused_smem, &d.fused_max_ctas)));
+      }
+      d.fused_sync = DeviceArray<uint32_t>(cuda::plan_rewrite_sync_words(max_rows));
+      ISER_CUDA_CHECK(cudaMemset(d.fused_sync.get(), 0, d.fused_sync.size() * sizeof(uint32_t)));
+    }
   } catch (...) {
     delete impl_;
     throw;
@@ -335,29 +384,8 @@ void GpuPlanner::count(const int32_t* topk_ids, int num_tokens, int top_k, int32
 void GpuPlanner::plan(const int32_t* counts, int32_t* plans, CUstream_st* stream, int num_plans) {
   const Impl& d = *impl_;
   ISER_CHECK(num_plans >= 1, "GPU plan: num_plans = {} must be >= 1", num_plans);
-  cuda::PlanParams p;
-  p.counts = counts;
-  p.plans = plans;
-  p.timer = d.timer;
-  p.scheduled_repair = d.scheduled_repair;
-  p.num_plans = num_plans;
-  p.plan_words = d.layout.total_words();
-  p.num_ranks = d.topo.num_ranks;
-  p.num_experts = d.topo.num_experts;
-  p.num_slots = d.topo.num_slots;
-  p.num_levels = d.topo.num_levels();
-  p.max_broadcasts = d.layout.max_broadcasts;
-  p.max_count = d.max_routes;
-  p.min_move = d.options.min_move;
-  p.owner_home = d.options.owner_home;
-  p.absorb = d.options.absorb;
-  p.owner_in_group = d.options.owner_in_group;
-  p.iser = d.options.iser;
-  if (p.iser) {  // plan_iser runs HALO-Q's reference placement as one of its candidates
-    p.absorb = false;
-    p.owner_in_group = false;
-  }
-  ISER_CUDA_CHECK(static_cast<cudaError_t>(cuda::launch_plan(p, stream)));
+  ISER_CUDA_CHECK(
+      static_cast<cudaError_t>(cuda::launch_plan(d.plan_params(counts, plans, num_plans), stream)));
 }
 
 namespace {
@@ -426,6 +454,70 @@ void GpuPlanner::rewrite_all(const int32_t* topk_ids, int num_tokens, int top_k,
   launch_rewrite_rows(*this, d.layout.max_broadcasts, d.tile_counts.get(), d.error_word.get(),
                       topk_ids, static_cast<int>(routes), 0, static_cast<int>(rows), counts, plans,
                       slot_ids, stream);
+}
+
+void GpuPlanner::Impl::launch_fused(const int32_t* counts, int32_t* plans, int num_plans,
+                                    const int32_t* topk_ids, int num_routes, int first_rank,
+                                    int num_rows, int32_t* slot_ids, CUstream_st* stream) const {
+  check_rewrite_supported(options);
+  ISER_CHECK(fused_max_ctas >= 2,
+             "GPU plan_rewrite: the fused kernel needs {} bytes of shared memory per CTA, two "
+             "co-resident CTAs and cooperative launch; not available on this device (use plan() "
+             "then rewrite())",
+             fused_smem);
+  const int P = topo.num_ranks;
+  const int E = topo.num_experts;
+  const int num_tiles = cuda::num_route_tiles(num_routes);
+  // A CTA per plan and at least as many for the tiles: batches of more plans launch in chunks
+  // (rewrite_all's rows of a chunk's plans with them; one launch for plan_rewrite()).
+  const int chunk = std::max(1, fused_max_ctas / 2);
+  for (int first_plan = 0; first_plan < num_plans; first_plan += chunk) {
+    const int n = std::min(chunk, num_plans - first_plan);
+    const int64_t first_row = static_cast<int64_t>(first_plan) * P;
+    cuda::PlanRewriteParams p;
+    p.plan =
+        plan_params(counts + first_row * E, plans + first_plan * int64_t{layout.total_words()}, n);
+    p.topk_ids = topk_ids + first_row * num_routes;
+    p.tile_counts = tile_counts.get() + first_row * num_tiles * E;
+    p.slot_ids = slot_ids + first_row * num_routes;
+    p.error_word = error_word.get();
+    p.sync = fused_sync.get();
+    p.num_rows = num_plans == 1 ? num_rows : n * P;
+    p.first_rank = first_rank;
+    p.num_routes = num_routes;
+    p.num_tiles = num_tiles;
+    p.wait_ns = kGpuPlanWaitNs;
+    ISER_CUDA_CHECK(static_cast<cudaError_t>(cuda::launch_plan_rewrite(p, fused_max_ctas, stream)));
+  }
+}
+
+void GpuPlanner::plan_rewrite(const int32_t* counts, int32_t* plan, const int32_t* topk_ids,
+                              int num_tokens, int top_k, int rank_idx, int32_t* slot_ids,
+                              CUstream_st* stream) {
+  const Impl& d = *impl_;
+  const int64_t routes = static_cast<int64_t>(num_tokens) * top_k;
+  ISER_CHECK(rank_idx >= 0 && rank_idx < d.topo.num_ranks,
+             "GPU plan_rewrite: rank {} outside [0, {})", rank_idx, d.topo.num_ranks);
+  ISER_CHECK(routes == d.counted_routes && d.counted_rows == 1,
+             "GPU plan_rewrite: {} routes of one row, but the last count() saw {} routes x {} rows "
+             "(count the same ids first)",
+             routes, d.counted_routes, d.counted_rows);
+  d.launch_fused(counts, plan, 1, topk_ids, static_cast<int>(routes), rank_idx, 1, slot_ids,
+                 stream);
+}
+
+void GpuPlanner::plan_rewrite_all(const int32_t* counts, int32_t* plans, const int32_t* topk_ids,
+                                  int num_tokens, int top_k, int num_plans, int32_t* slot_ids,
+                                  CUstream_st* stream) {
+  const Impl& d = *impl_;
+  const int64_t routes = static_cast<int64_t>(num_tokens) * top_k;
+  const int64_t rows = static_cast<int64_t>(num_plans) * d.topo.num_ranks;
+  ISER_CHECK(num_plans >= 1 && routes == d.counted_routes && rows == d.counted_rows,
+             "GPU plan_rewrite_all: {} plans x {} ranks x {} routes, but the last count() saw {} "
+             "rows x {} routes (count the same ids first)",
+             num_plans, d.topo.num_ranks, routes, d.counted_rows, d.counted_routes);
+  d.launch_fused(counts, plans, num_plans, topk_ids, static_cast<int>(routes), 0,
+                 static_cast<int>(rows), slot_ids, stream);
 }
 
 }  // namespace iser

@@ -5,20 +5,8 @@
 
 namespace iser::cuda {
 
-namespace {
-
-PlanSmem plan_smem_layout(const PlanParams& params) {
-  const int C = params.num_slots < params.num_experts / params.num_ranks
-                    ? params.num_slots
-                    : params.num_experts / params.num_ranks;
-  return PlanSmem::make(params.num_ranks, params.num_experts, C, params.max_broadcasts,
-                        params.num_slots, params.iser);
-}
-
-}  // namespace
-
 int plan_smem_bytes(const PlanParams& params) {
-  return static_cast<int>(sizeof(int32_t)) * plan_smem_layout(params).total;
+  return static_cast<int>(sizeof(int32_t)) * PlanSmem::for_params(params).total;
 }
 
 int prepare_plan_kernel(int smem_bytes) {
@@ -32,7 +20,7 @@ int prepare_plan_kernel(int smem_bytes) {
 int launch_plan(const PlanParams& params, CUstream_st* stream) {
   // The layout travels as a kernel argument: computed on the device it would be the first
   // few hundred instructions every thread fetches cold.
-  const PlanSmem lay = plan_smem_layout(params);
+  const PlanSmem lay = PlanSmem::for_params(params);
   const size_t smem = sizeof(int32_t) * lay.total;
   if (params.iser) {
     plan_kernel<true><<<params.num_plans, PlanConfig::kThreads, smem, stream>>>(params, lay);

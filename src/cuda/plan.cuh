@@ -35,9 +35,12 @@ namespace iser::cuda {
 
 // kIser == p.iser: one instantiation per policy family, so the HALO-Q kernel carries none of
 // iser's placement code (smaller text: fewer cold instruction fetches after an L2 flush).
+// One plan (plan_idx of p.counts / p.plans) on the calling CTA of PlanConfig::kThreads threads,
+// its dynamic shared memory laid out by `lay`. Every thread of the CTA must call it. The plan
+// words are written by all threads: a caller that publishes them (plan_rewrite.cuh) needs a
+// block barrier first.
 template <bool kIser>
-__global__ void __launch_bounds__(PlanConfig::kThreads, 1)
-    plan_kernel(const PlanParams p, const PlanSmem lay) {
+__device__ __forceinline__ void plan_cta(const PlanParams& p, const PlanSmem& lay, int plan_idx) {
   using namespace plan_detail;
   extern __shared__ int32_t smem[];
   const int tid = threadIdx.x;
@@ -47,7 +50,7 @@ __global__ void __launch_bounds__(PlanConfig::kThreads, 1)
   // Stamps by thread `by` of CTA 0: thread 0 for the serial stages; the repair set-up, pair
   // lists, levels and trades by warp 1 (warp 0 colours beside them).
   auto stamp = [&](int slot, int by = 0) {
-    if (p.timer != nullptr && blockIdx.x == 0 && tid == by) p.timer[slot] = global_timer();
+    if (p.timer != nullptr && plan_idx == 0 && tid == by) p.timer[slot] = global_timer();
   };
   stamp(0);
 
@@ -91,8 +94,8 @@ __global__ void __launch_bounds__(PlanConfig::kThreads, 1)
   const int E = st.E;
   const int H = st.H;
   const int C = st.C;
-  const int32_t* counts = p.counts + static_cast<int64_t>(blockIdx.x) * P * E;
-  int32_t* plan = p.plans + static_cast<int64_t>(blockIdx.x) * p.plan_words;
+  const int32_t* counts = p.counts + static_cast<int64_t>(plan_idx) * P * E;
+  int32_t* plan = p.plans + static_cast<int64_t>(plan_idx) * p.plan_words;
   const GpuPlanLayout out{P, E, st.S, p.max_broadcasts};
 
   // ---- stage 1: hist, loads, T, candidates ---------------------------------------------------
@@ -293,7 +296,7 @@ __global__ void __launch_bounds__(PlanConfig::kThreads, 1)
       // the path is opt-in (GpuPlanner::set_scheduled_repair). The phase path reports none.
       if (st.scalars[kPoolTopWord] <= kPairPoolWords) {
         if (side_warp == 0) {
-          const bool stamps = p.timer != nullptr && blockIdx.x == 0 && lane == 0;
+          const bool stamps = p.timer != nullptr && plan_idx == 0 && lane == 0;
           repair_scheduled(P, static_cast<int>(st.own - smem), static_cast<int>(st.quota - smem),
                            lay.pair_head, lay.pair_items, lay.rank_level, lay.level_table,
                            lay.scalars, lane, stamps ? p.timer + 5 : nullptr);
@@ -394,10 +397,16 @@ __global__ void __launch_bounds__(PlanConfig::kThreads, 1)
   for (int e = tid; e < E; e += PlanConfig::kThreads) {
     plan[out.expert_broadcast() + e] = status == 0 ? st.expert_broadcast[e] : -1;
   }
-  if (blockIdx.x == 0 && p.timer != nullptr) {  // CTA-uniform: the barrier is safe
+  if (plan_idx == 0 && p.timer != nullptr) {  // CTA-uniform: the barrier is safe
     __syncthreads();
     stamp(7);
   }
+}
+
+template <bool kIser>
+__global__ void __launch_bounds__(PlanConfig::kThreads, 1)
+    plan_kernel(const PlanParams p, const PlanSmem lay) {
+  plan_cta<kIser>(p, lay, static_cast<int>(blockIdx.x));
 }
 
 }  // namespace iser::cuda

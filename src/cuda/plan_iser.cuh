@@ -17,7 +17,7 @@ namespace iser::cuda::plan_detail {
 
 // Fresh per-expert state of one candidate placement in st's block (warp 0); the per-rank state
 // starts from the home loads in registers (place_ranks).
-__device__ void start_candidate(const State& st, bool room_aware, int lane) {
+inline __device__ void start_candidate(const State& st, bool room_aware, int lane) {
   __syncwarp();
 #pragma unroll 1
   for (int e = lane; e < st.E; e += 32) {
@@ -61,7 +61,8 @@ __device__ __forceinline__ void keep_block_1(const State& st, int lane) {
 // plan_iser's placement (warp 0): leaves the kept candidate in st's own block (block 0; the
 // challenger is planned in block 1 and copied over when it wins) and returns its number of
 // broadcasts. Out of line: its code and second State view stay out of the HALO-Q path.
-__device__ __noinline__ int place_iser(const State& st, const PlanParams& p, int T, int lane) {
+inline __device__ __noinline__ int place_iser(const State& st, const PlanParams& p, int T,
+                                              int lane) {
   State challenger = st;
   challenger.use_buffer(1);
   start_candidate(st, true, lane);

@@ -614,7 +614,7 @@ __device__ __forceinline__ int place_halo_q(const State& st, const PlanParams& p
 // in at most S groups a free index always exists; a failure is an internal error. The used
 // helper indices of rank r sit in lane r % 32 (chunk r / 32).
 template <int K>
-__device__ void color_ranks(const State& st, int num_broadcasts, int lane) {
+inline __device__ void color_ranks(const State& st, int num_broadcasts, int lane) {
   unsigned used[K];
 #pragma unroll
   for (int k = 0; k < K; ++k) used[k] = 0;

@@ -66,7 +66,8 @@ __device__ __forceinline__ void warp_trade(int32_t* quota, int num_items, int la
 // Fallback, one trade (one warp): receiver a takes spare quota of donor d for its own routes and
 // releases as much of its own spare quota to d, over the broadcasts both host, in expert order.
 // General path (B > 32 * kRepairChunks, rare): out of line to keep the kernel's code small.
-__device__ __noinline__ void trade(const State& st, int num_broadcasts, int a, int d, int lane) {
+inline __device__ __noinline__ void trade(const State& st, int num_broadcasts, int a, int d,
+                                          int lane) {
   warp_trade(st.quota, num_broadcasts, lane, [&](int k, int& ia, int& id, int& pull, int& give) {
     ia = -1;
     id = -1;
@@ -603,10 +604,11 @@ static_assert(kPhaseStepMaxRanks <= 64, "the phase path gives each lane one pair
 // (its own register allocation, apart from the kernel body's); the arrays come as shared-memory
 // word offsets (RepairView). levels_stamp (optional, profiling) gets the globaltimer after the
 // levels.
-__device__ __noinline__ void repair_scheduled(int P, int own_at, int quota_at, int pair_head_at,
-                                              int pair_items_at, int rank_level_at,
-                                              int level_table_at, int scalars_at, int lane,
-                                              unsigned long long* levels_stamp) {
+inline __device__ __noinline__ void repair_scheduled(int P, int own_at, int quota_at,
+                                                     int pair_head_at, int pair_items_at,
+                                                     int rank_level_at, int level_table_at,
+                                                     int scalars_at, int lane,
+                                                     unsigned long long* levels_stamp) {
   extern __shared__ int32_t smem[];
   const RepairView view{P,
                         smem + own_at,

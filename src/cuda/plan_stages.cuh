@@ -78,6 +78,13 @@ struct PlanSmem {
     s.total = at;
     return s;
   }
+
+  // The layout of a plan kernel launched with `params` (C = min(S, H)).
+  static PlanSmem for_params(const PlanParams& params) {
+    const int H = params.num_experts / params.num_ranks;
+    return make(params.num_ranks, params.num_experts, params.num_slots < H ? params.num_slots : H,
+                params.max_broadcasts, params.num_slots, params.iser);
+  }
 };
 
 namespace plan_detail {

@@ -76,4 +76,37 @@ int rewrite_smem_bytes(const RewriteParams& params);
 int prepare_rewrite_kernel(int smem_bytes);
 int launch_rewrite(const RewriteParams& params, CUstream_st* stream);
 
+// Fused planner + rewrite (plan_rewrite.cuh): plan p.plan's num_plans invocations and rewrite
+// the routes of num_rows ranks of them in one cooperative launch. Sync words (uint32, zero when
+// allocated, never reset): [kSyncEpoch] launches completed, [kSyncStarted] CTAs of the running
+// launch that read the epoch, [kSyncReady + i] the generation (epoch + 1) of the latest plan i.
+enum PlanRewriteSync { kSyncEpoch = 0, kSyncStarted = 1, kSyncReady = 2 };
+inline constexpr int plan_rewrite_sync_words(int max_plans) {
+  return kSyncReady + max_plans;
+}
+
+struct PlanRewriteParams {
+  PlanParams plan;                       // counts, plans, num_plans and the planner's options
+  const int32_t* topk_ids = nullptr;     // [num_rows][num_routes]
+  const int32_t* tile_counts = nullptr;  // [num_rows][num_tiles][E] from count()
+  int32_t* slot_ids = nullptr;           // [num_rows][num_routes]
+  uint32_t* error_word = nullptr;        // sticky GpuStatus bits (as the rewrite kernel's)
+  uint32_t* sync = nullptr;              // plan_rewrite_sync_words(plan.num_plans) words
+  int num_rows = 0;
+  int first_rank = 0;  // row i is rank (first_rank + i) % P of plan (first_rank + i) / P
+  int num_routes = 0;
+  int num_tiles = 0;
+  long long wait_ns = 0;  // a rewrite CTA gives up on its plan after this long (kGpuPlanTimeout)
+  int poll_ns = 64;       // sleep between two polls of the plan's ready word
+};
+// Dynamic shared memory of the fused kernel (bytes): the planner's or a rewrite tile's, the larger.
+int plan_rewrite_smem_bytes(const PlanRewriteParams& params);
+// Raises the kernel's shared-memory limit; returns the cudaError_t, and in *max_ctas the most
+// CTAs a cooperative launch of it may have on this device (0: it cannot be launched).
+int prepare_plan_rewrite_kernel(int smem_bytes, int* max_ctas);
+// One cooperative launch of min(num_plans + rewrite tiles, max_ctas) CTAs (max_ctas from the
+// prepare call): a CTA per plan, the others share the tiles. cudaErrorInvalidValue unless
+// num_plans < max_ctas (the caller launches fewer plans at a time).
+int launch_plan_rewrite(const PlanRewriteParams& params, int max_ctas, CUstream_st* stream);
+
 }  // namespace iser::cuda

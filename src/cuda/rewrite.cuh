@@ -12,6 +12,7 @@
 #include <cstdint>
 
 #include "cuda/planner_kernels.h"
+#include "cuda/rewrite_slot.cuh"
 #include "iser/gpu_planner.h"
 
 namespace iser::cuda {
@@ -41,15 +42,6 @@ struct BroadcastView {
   int32_t* supply_begin;  // residual supply of the ranks before s
 };
 
-// The demand_end rows of the broadcasts [max_broadcasts][P] are staged in shared memory when they
-// take at most this many words (every plan of the benchmarked topologies): the per-route binary
-// search then chains shared loads instead of log2(P) dependent global ones.
-inline constexpr int kStagedDemandWords = 16384;
-
-__host__ __device__ inline bool stages_demand(int num_ranks, int max_broadcasts) {
-  return static_cast<long long>(num_ranks) * max_broadcasts <= kStagedDemandWords;
-}
-
 // Shared-memory layout (int32 words): warp counts [kWarps][max_broadcasts], expert_broadcast
 // [num_experts], the BroadcastView arrays [max_broadcasts] each, then the staged demand_end rows
 // [max_broadcasts][P] (stages_demand only).
@@ -59,33 +51,13 @@ __host__ __device__ inline int rewrite_smem_words(int num_experts, int max_broad
          (stages_demand(num_ranks, max_broadcasts) ? num_ranks * max_broadcasts : 0);
 }
 
-// Slot of the ordinal-th route of broadcast b at source rank s (DESIGN §4.5): the residual
-// destinations d < s first, then s itself (diag routes), then d > s.
+// route_slot of broadcast b from the staged views.
 __device__ __forceinline__ int broadcast_slot(const BroadcastView& v, const int32_t* demand_end,
                                               int b, int s, int ordinal, int P, int H, int S,
                                               bool owner_home) {
-  const int low = v.low[b];
-  const int diag = v.diag[b];
-  int dest = s;
-  if (ordinal < low || ordinal >= low + diag) {
-    const int target = v.supply_begin[b] + (ordinal < low ? ordinal : ordinal - diag);
-    int lo = 0;
-    int hi = P - 1;
-    while (lo < hi) {  // first d with demand_end[d] > target
-      const int mid = (lo + hi) >> 1;
-      if (demand_end[mid] > target) {
-        hi = mid;
-      } else {
-        lo = mid + 1;
-      }
-    }
-    dest = lo;
-  }
-  const int owner = v.owner[b];
-  const int begin = v.begin[b];
-  const bool in_group = dest >= begin && dest < begin + v.size[b];
-  if (in_group && !(owner_home && dest == owner)) return dest * (H + S) + H + v.helper[b];
-  return owner * (H + S) + (v.expert[b] - owner * H);  // the owner's home slot
+  return route_slot(
+      v.low[b], v.diag[b], v.supply_begin[b], [demand_end](int d) { return demand_end[d]; },
+      v.expert[b], v.owner[b], v.begin[b], v.size[b], v.helper[b], s, ordinal, P, H, S, owner_home);
 }
 
 }  // namespace rewrite_detail

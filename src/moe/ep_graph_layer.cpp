@@ -1,7 +1,8 @@
 // Static-shape graph mode of the EP MoE layer (include/iser/moe_ep_graph.h).
 //
 // One invocation on rank r (docs/moe.md draws it):
-//   COPY (highest priority)  count -> count exchange -> GPU plan -> route rewrite -> copy list
+//   COPY (highest priority)  count -> count exchange -> GPU plan + route rewrite (one kernel)
+//                            -> copy list
 //                            -> `plan_ready` -> replicate -> READY gate -> `gate_done`
 //   MAIN (low priority)      shared expert -> wait(plan_ready) -> dispatch (positions, headers)
 //                            -> send gather -> fixed NCCL send/recv -> receive maps -> scatter into
@@ -190,9 +191,10 @@ void GraphEpMoeLayer::Impl::enqueue_copy_stream() {
   planner->count(ids.get<int32_t>(), tau, top_k, count_row.get<int32_t>(), copy);
   runtime->exchange_counts(count_row.get<int32_t>(), matrix.get<int32_t>(), kDeviceGeneration,
                            copy);
-  planner->plan(matrix.get<int32_t>(), plan.get<int32_t>(), copy);
-  planner->rewrite(ids.get<int32_t>(), tau, top_k, rank, matrix.get<int32_t>(), plan.get<int32_t>(),
-                   slot_ids.get<int32_t>(), copy);
+  // Plan and route rewrite as one kernel (the rewrite's ordinals overlap the planner; the plan
+  // and slot ids are plan() + rewrite()'s, bit for bit).
+  planner->plan_rewrite(matrix.get<int32_t>(), plan.get<int32_t>(), ids.get<int32_t>(), tau, top_k,
+                        rank, slot_ids.get<int32_t>(), copy);
   cuda::PlanCopyListParams list;
   list.plan = plan.get<int32_t>();
   list.broadcasts_offset = planner->layout().broadcasts();

@@ -1,0 +1,63 @@
+// Launch unit of the fused planner + rewrite kernel.
+#include <cuda_runtime.h>
+
+#include <algorithm>
+
+#include "cuda/plan_rewrite.cuh"
+
+namespace iser::cuda {
+
+int plan_rewrite_smem_bytes(const PlanRewriteParams& params) {
+  const PlanParams& plan = params.plan;
+  const int words = std::max(
+      PlanSmem::for_params(plan).total,
+      plan_rewrite_detail::tile_smem_words(plan.num_experts, plan.max_broadcasts, plan.num_ranks));
+  return static_cast<int>(sizeof(int32_t)) * words;
+}
+
+int prepare_plan_rewrite_kernel(int smem_bytes, int* max_ctas) {
+  *max_ctas = 0;
+  cudaError_t e = cudaFuncSetAttribute(plan_rewrite_kernel,
+                                       cudaFuncAttributeMaxDynamicSharedMemorySize, smem_bytes);
+  if (e != cudaSuccess) return static_cast<int>(e);
+  int device = 0;
+  int sms = 0;
+  int per_sm = 0;
+  int cooperative = 0;
+  if ((e = cudaGetDevice(&device)) != cudaSuccess ||
+      (e = cudaDeviceGetAttribute(&sms, cudaDevAttrMultiProcessorCount, device)) != cudaSuccess ||
+      (e = cudaDeviceGetAttribute(&cooperative, cudaDevAttrCooperativeLaunch, device)) !=
+          cudaSuccess ||
+      (e = cudaOccupancyMaxActiveBlocksPerMultiprocessor(
+           &per_sm, plan_rewrite_kernel, PlanRewriteConfig::kThreads, smem_bytes)) != cudaSuccess) {
+    return static_cast<int>(e);
+  }
+  *max_ctas = cooperative != 0 ? per_sm * sms : 0;
+  return static_cast<int>(cudaSuccess);
+}
+
+int launch_plan_rewrite(const PlanRewriteParams& params, int max_ctas, CUstream_st* stream) {
+  // The layout travels as a kernel argument, as for the plan kernel (plan.cu).
+  const PlanSmem lay = PlanSmem::for_params(params.plan);
+  const long long works = static_cast<long long>(params.num_rows) * params.num_tiles;
+  const long long ctas = std::min<long long>(params.plan.num_plans + works, max_ctas);
+  // One CTA per plan, and at least one more for the tiles (plan_rewrite_kernel).
+  if (params.plan.num_plans < 1 || (works > 0 && ctas <= params.plan.num_plans)) {
+    return static_cast<int>(cudaErrorInvalidValue);
+  }
+  cudaLaunchConfig_t config{};
+  config.gridDim = dim3(static_cast<unsigned>(ctas));
+  config.blockDim = dim3(PlanRewriteConfig::kThreads);
+  config.dynamicSmemBytes = static_cast<size_t>(plan_rewrite_smem_bytes(params));
+  config.stream = stream;
+  // NOTE: cooperative: every CTA is resident at once, which the plan waits rely on
+  // (plan_rewrite.cuh). Captured into a CUDA graph as a cooperative kernel node.
+  cudaLaunchAttribute attribute{};
+  attribute.id = cudaLaunchAttributeCooperative;
+  attribute.val.cooperative = 1;
+  config.attrs = &attribute;
+  config.numAttrs = 1;
+  return static_cast<int>(cudaLaunchKernelEx(&config, plan_rewrite_kernel, params, lay));
+}
+
+}  // namespace iser::cuda
