@@ -4,28 +4,21 @@
 # rewrite in two kernels, fused); the planner GPU tests (fused ones included); compute-sanitizer
 # memcheck / racecheck / synccheck on the planner and fused tests. Logs go to $OUT.
 #   DATA=<folder holding dsv41-flash/coding.csv> bash scripts/device/plan-rewrite-check.sh
-export NCCL_NVLS_ENABLE=0 TORCH_SYMM_MEM_DISABLE_MULTICAST=1 NVSHMEM_DISABLE_NVLS=1
+source "$(dirname "$0")/common.sh"
 export ISER_SHARED_DATA=${DATA:-$PWD/../shared/data}
-O=${OUT:-/tmp}
-t0=$(date +%s)
-elapsed() { echo "$(( $(date +%s) - t0 )) s"; }
-date -u | tee $O/date.log
-nvidia-smi --query-gpu=name,driver_version --format=csv,noheader | tee -a $O/date.log
-cmake -S . -B build/gpu -DCMAKE_BUILD_TYPE=Release -DISER_CUDA=ON -DCMAKE_CUDA_ARCHITECTURES=90a \
-  -DISER_BUILD_BENCH=ON > $O/cfg.log 2>&1 || { tail -30 $O/cfg.log; exit 1; }
-cmake --build build/gpu -j16 --target iser_gpu_tests bench_planner_gpu > $O/build.log 2>&1 ||
-  { grep -B2 -A8 -E "error|Error" $O/build.log | head -60; exit 1; }
-echo "build $(elapsed)"
+header
+build_targets build/gpu iser_gpu_tests bench_planner_gpu || exit 1
+echo "build $(el)"
 # The benchmark first: the measurement the run is for (its -c 1 checks every plan and slot id).
 timeout ${BENCH_TIMEOUT:-90} build/gpu/bench/bench_planner_gpu -w 20 -n 400 -G 1 -c 1 \
   -P halo-q,iser -d $ISER_SHARED_DATA/dsv41-flash/coding.csv -J $O/bench.json > $O/bench.log 2>&1
-echo "bench rc=$? $(elapsed)"
+echo "bench rc=$? $(el)"
 grep -v "L2 warm" $O/bench.log
 T=build/gpu/tests/iser_gpu_tests
 # The planner tests without the scheduled-repair one (opt-in path, unchanged here).
 timeout ${TEST_TIMEOUT:-150} $T --gtest_filter='GpuPlan*:-GpuPlanner.ScheduledRepairMatchesCpu' \
   > $O/tests.log 2>&1
-echo "tests rc=$? $(elapsed)"
+echo "tests rc=$? $(el)"
 grep -E "GPU|\[  PASSED|\[  FAILED|FAILED  \]|SKIPPED \]" $O/tests.log | head -40
 S=/usr/local/cuda/bin/compute-sanitizer
 F='GpuPlanner.MatchesCpuOnRandomSkewedTokens:GpuPlanner.RunsInsideACudaGraph:GpuPlanner.ReportsBadInputsInStatusWords'
@@ -34,5 +27,5 @@ F=$F':GpuPlanRewrite.ReportsBadInputsInStatusWords'
 for tool in memcheck racecheck synccheck; do
   ISER_GPU_TEST_SCALE=0.0005 timeout ${SAN_TIMEOUT:-40} $S --tool $tool --error-exitcode 9 $T \
     --gtest_filter=$F > $O/san_$tool.log 2>&1
-  echo "$tool rc=$? $(grep -E 'ERROR SUMMARY|RACECHECK SUMMARY|PASSED|FAILED' $O/san_$tool.log | tr '\n' ' ') $(elapsed)"
+  echo "$tool rc=$? $(grep -E 'ERROR SUMMARY|RACECHECK SUMMARY|PASSED|FAILED' $O/san_$tool.log | tr '\n' ' ') $(el)"
 done
