@@ -366,17 +366,22 @@ void run_runtime_transports(World& w, const Options& o, const std::string& secti
         continue;
       }
       // One row per (host share, host-lane CTAs): the variant names both, sms counts both lanes.
-      for (double share : o.host_shares) {
-        for (int host_sms : o.host_sms) {
-          rt->set_host_share(share, host_sms);
-          char tag[64];
-          std::snprintf(tag, sizeof(tag), "/H%.3g+%d", share, host_sms);
-          run_transport(w, o, *rt, section, bytes, num_bundles, name, ops, device_ops,
-                        [&](Record r) {
-                          r.variant += tag;
-                          r.sms += host_sms;
-                          finish(r);
-                        });
+      for (const std::string& path : o.host_paths) {
+        const bool registers = path == "registers";
+        rt->set_host_path(registers ? iser::CopyPath::kRegisters : iser::CopyPath::kBulk);
+        for (double share : o.host_shares) {
+          for (int host_sms : o.host_sms) {
+            rt->set_host_share(share, host_sms);
+            char tag[64];
+            std::snprintf(tag, sizeof(tag), "/H%.3g+%d%s", share, host_sms,
+                          registers ? "/reg" : "");
+            run_transport(w, o, *rt, section, bytes, num_bundles, name, ops, device_ops,
+                          [&](Record r) {
+                            r.variant += tag;
+                            r.sms += host_sms;
+                            finish(r);
+                          });
+          }
         }
       }
     }

@@ -10,7 +10,9 @@
 // alternately pushed by the owner and pulled by the receivers, transport plan, >= 2 bundles),
 // -H host shares of p2p-sami-host (comma list of fractions of each bundle's slices; default
 // kMeasuredHostShare), -L host-lane CTAs per GPU of p2p-sami-host (comma list; default
-// kDefaultHostSms; they run beside the -s copy CTAs and the sms column counts both).
+// kDefaultHostSms; they run beside the -s copy CTAs and the sms column counts both), -K host-lane
+// paths of p2p-sami-host (comma list of bulk, registers; default bulk; registers rows are tagged
+// "/reg"; bulk takes effect with bulk copy shapes only).
 #pragma once
 
 #include <algorithm>
@@ -43,6 +45,7 @@ struct Options {
   std::vector<std::string> owners = {"out", "in"};
   std::vector<double> host_shares = {iser::kMeasuredHostShare};
   std::vector<int> host_sms = {iser::kDefaultHostSms};
+  std::vector<std::string> host_paths = {"bulk"};
 };
 
 struct Shape {
@@ -136,6 +139,8 @@ Options parse(int argc, char** argv) {
     } else if (flag == "-L") {
       o.host_sms.clear();
       for (const auto& s : split(value)) o.host_sms.push_back(std::atoi(s.c_str()));
+    } else if (flag == "-K") {
+      o.host_paths = split(value);
     } else if (flag == "-s") {
       o.sms.clear();
       for (const auto& s : split(value)) o.sms.push_back(std::atoi(s.c_str()));
@@ -164,6 +169,12 @@ Options parse(int argc, char** argv) {
   for (int n : o.host_sms) {
     if (n < 1 || n > 64) {
       std::fprintf(stderr, "-L %d: host-lane CTAs must be in [1, 64]\n", n);
+      std::exit(1);
+    }
+  }
+  for (const std::string& path : o.host_paths) {
+    if (path != "bulk" && path != "registers") {
+      std::fprintf(stderr, "-K %s: host-lane paths are bulk and registers\n", path.c_str());
       std::exit(1);
     }
   }

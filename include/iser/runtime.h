@@ -103,6 +103,10 @@ struct RuntimeConfig {
   // share; Runtime::set_host_share lowers it per call); 0: p2p-sami-host = p2p-sami-owner.
   double host_share = 0.0;
   int host_sms = kDefaultHostSms;  // host-lane CTAs per rank, beside copy_sms, [1, 64]
+  // How a host-lane warp moves its chunks: kBulk pipelines them through the copy shape's 8-KiB
+  // shared-memory stages (TMA bulk copies; with the bulk copy path only, else registers);
+  // kRegisters copies them through registers, 4 KiB at a time.
+  CopyPath host_path = CopyPath::kBulk;
 
   int experts_per_rank() const { return num_experts / num_ranks; }
   void validate() const;  // throws iser::Error naming the field and value
@@ -273,6 +277,7 @@ class Runtime {
   // ranks may differ). Unlike the copy shape, every rank must use the same share (like the copy
   // list: it decides who moves which slice).
   void set_host_share(double share, int host_sms = 0);
+  void set_host_path(CopyPath path);  // RuntimeConfig::host_path (local, like the copy shape)
   double host_share() const { return host_share_; }
   // Slices of every op that p2p-sami-host moves through host memory (0: none).
   int64_t host_slices() const;

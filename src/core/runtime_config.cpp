@@ -86,6 +86,8 @@ void RuntimeConfig::validate() const {
              copy_sms);
   ISER_CHECK(copy_path == CopyPath::kBulk || copy_path == CopyPath::kRegisters,
              "runtime config: copy_path = {} is not a copy path", static_cast<int>(copy_path));
+  ISER_CHECK(host_path == CopyPath::kBulk || host_path == CopyPath::kRegisters,
+             "runtime config: host_path = {} is not a copy path", static_cast<int>(host_path));
   ISER_CHECK(copy_warps >= 0 && copy_warps <= 16, "runtime config: copy_warps = {} not in [0, 16]",
              copy_warps);
   ISER_CHECK(copy_stages >= 0 && copy_stages <= kMaxCopyStagesPerCta,

@@ -93,12 +93,24 @@ __device__ __forceinline__ void bulk_wait_read(int pending) {
   }
 }
 
+// Waits until at most `kPending` of this thread's most recent bulk groups are incomplete: the
+// writes of every older group were performed (not only their shared-memory reads).
+template <int kPending>
+__device__ __forceinline__ void bulk_wait_writes() {
+  asm volatile("cp.async.bulk.wait_group %0;" ::"n"(kPending) : "memory");
+}
+
+// Orders this thread's generic-proxy and async-proxy accesses of global memory (either way).
+__device__ __forceinline__ void fence_proxy_async_global() {
+  asm volatile("fence.proxy.async.global;" ::: "memory");
+}
+
 // NOTE: waits until every bulk group of this thread completed, i.e. its writes were performed;
 // the proxy fence then orders them (async proxy) before this thread's later generic-proxy
 // operations, so the READY release that follows is cumulative over them.
 __device__ __forceinline__ void bulk_wait_all_writes() {
-  asm volatile("cp.async.bulk.wait_group 0;" ::: "memory");
-  asm volatile("fence.proxy.async.global;" ::: "memory");
+  bulk_wait_writes<0>();
+  fence_proxy_async_global();
 }
 
 // Orders this thread's generic-proxy reads of shared memory before later bulk copies into it.

@@ -58,6 +58,7 @@ struct ReplicateArgs {
   // `staging` (pinned host memory as mapped on this device) on host_ctas extra CTAs per rank.
   int64_t host_slices = 0;
   int32_t host_ctas = 0;
+  CopyPath host_path = CopyPath::kBulk;  // kBulk: on the copy shape's stages (bulk path only)
   char* staging = nullptr;
   runtime::StagingLayout staging_layout;
 };

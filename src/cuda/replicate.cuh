@@ -10,36 +10,19 @@
 //  - registers: each warp loads a slice into registers (16 x 16 B per lane) and stores it.
 // In both, the peer and multicast stores differ only in `store_*` (multimem.st from registers).
 // p2p-sami-host adds host-lane CTAs after the copy CTAs (blockIdx.x >= copy CTAs): they stage the
-// tail of the owner's ops in pinned host memory, or fetch it from there (runtime/host_lane.h).
+// tail of the owner's ops in pinned host memory, or fetch it from there (runtime/host_lane.h,
+// cuda/host_lane.cuh).
 #pragma once
 
 #include "cuda/bulk_copy.cuh"
+#include "cuda/host_lane.cuh"
 #include "cuda/kernels.h"
+#include "cuda/replicate_base.cuh"
 #include "cuda/sync.cuh"
 #include "runtime/host_lane.h"
 #include "runtime/writers.h"
 
 namespace iser::cuda {
-
-struct ReplicateConfig {
-  static constexpr int kMaxThreads = 512;  // launch bound of both paths
-  static constexpr int kMaxWarps = kMaxThreads / 32;
-  static constexpr int kVecPerLane = static_cast<int>(kSliceBytes / 16 / 32);  // 16 x 16 B
-  static constexpr int kMaxRanks = 1024;
-  static constexpr int kRankWords = kMaxRanks / 32;
-  static constexpr int kMaxStages = kMaxCopyStagesPerCta;
-  static constexpr int kDefaultRegisterWarps = 16;
-  static constexpr int kDefaultBulkWarps = 4;
-  static constexpr int kDefaultBulkStages = 5;
-  static constexpr int kMaxBulkLag = 7;  // bulk_wait_read's largest immediate
-};
-
-struct ReplicateParams {
-  RankSpace space;
-  ReplicateArgs args;
-  int32_t local_begin = 0;
-  int32_t stages = 0;  // bulk path: stages per warp
-};
 
 // Slices writer `w` moves for `op` under `mode`, and the slice of its task `task_idx` (who writes
 // what: runtime/writers.h).
@@ -51,10 +34,6 @@ __device__ __forceinline__ int64_t op_slice_count(const CopyOp& op, int mode, in
 __device__ __forceinline__ int64_t op_slice_index(const CopyOp& op, int mode, int w,
                                                   int64_t task_idx) {
   return runtime::writer_slice_index(runtime::op_writer(op, mode, w), task_idx);
-}
-
-__device__ __forceinline__ bool test_bit(const uint32_t* bits, int idx) {
-  return (bits[idx >> 5] >> (idx & 31)) & 1u;
 }
 
 // Reuse fence: marks in `targets` every member `w` writes to and in `blocked` those that have not
@@ -155,20 +134,6 @@ __device__ void publish_ready(const RankSpace& space, int w, uint64_t generation
     auto* flag = reinterpret_cast<uint64_t*>(space.peer_bases[d] + space.layout.ready_flags) + w;
     store_release_sys(flag, value);
   }
-}
-
-__device__ __forceinline__ int4 load_vec(const char* ptr) {
-  int4 v;
-  asm volatile("ld.global.L1::no_allocate.v4.s32 {%0, %1, %2, %3}, [%4];"
-               : "=r"(v.x), "=r"(v.y), "=r"(v.z), "=r"(v.w)
-               : "l"(ptr));
-  return v;
-}
-
-__device__ __forceinline__ void store_vec(char* ptr, const int4& v) {
-  asm volatile("st.global.v4.s32 [%0], {%1, %2, %3, %4};" ::"l"(ptr), "r"(v.x), "r"(v.y), "r"(v.z),
-               "r"(v.w)
-               : "memory");
 }
 
 // NOTE: multimem.st writes the value to every GPU bound to the multicast object; bytes are
@@ -450,160 +415,6 @@ __device__ bool copy_with_bulk(const ReplicateParams& p, const int64_t* prefix, 
   return complete;
 }
 
-// ---- host lane (p2p-sami-host) ---------------------------------------------------------------
-
-// One warp copies `bytes` (<= one slice) from `src` to `dst`, and to `dst2` unless null, in two
-// halves of 8 x 16 B per lane (half the registers of a whole slice: the host lane shares the
-// kernel's register budget with the copy paths).
-__device__ __forceinline__ void warp_copy_slice(const char* src, char* dst, char* dst2, int bytes) {
-  constexpr int kHalf = ReplicateConfig::kVecPerLane / 2;
-  const int lane = static_cast<int>(threadIdx.x) & 31;
-  const int num_vec = bytes / 16;
-#pragma unroll 1
-  for (int base = 0; base < ReplicateConfig::kVecPerLane * 32; base += kHalf * 32) {
-    int4 v[kHalf];
-#pragma unroll
-    for (int u = 0; u < kHalf; ++u) {
-      const int idx = base + u * 32 + lane;
-      if (idx < num_vec) v[u] = load_vec(src + idx * 16);
-    }
-#pragma unroll
-    for (int u = 0; u < kHalf; ++u) {
-      const int idx = base + u * 32 + lane;
-      if (idx < num_vec) {
-        store_vec(dst + idx * 16, v[u]);
-        if (dst2 != nullptr) store_vec(dst2 + idx * 16, v[u]);
-      }
-    }
-  }
-}
-
-// The host-lane slices [first, end) of chunk `chunk` (lane indices: 0 = the op's slice
-// nvlink_slices).
-struct HostChunk {
-  int64_t first;
-  int64_t end;
-};
-
-__device__ __forceinline__ HostChunk host_chunk(int64_t chunk, int64_t host_slices) {
-  const int64_t first = chunk * runtime::kHostChunkSlices;
-  return {first, min(first + runtime::kHostChunkSlices, host_slices)};
-}
-
-// Owner w stages chunk `chunk` of `op` into its staging area (and into its own helper slot when it
-// is a member), then publishes the chunk's flag: 2g + 1, or 2g when `skip` (every member is
-// blocked by the reuse fence: the area may still be read by a late member of g - num_banks).
-// Whole warp. Returns false when a write was skipped.
-// NOTE: every lane's staging stores precede __syncwarp (memory ordering among the warp's
-// threads); lane 0's fence.acq_rel.sys then orders them before its st.release.sys of the flag,
-// which is cumulative: a member whose ld.acquire.sys reads 2g + 1 sees every byte of the chunk.
-// The stores are posted PCIe writes; the system-scope fence is what makes them visible first.
-__device__ bool stage_chunk(const ReplicateParams& p, const CopyOp& op, int w, int bank,
-                            int64_t area, int64_t chunk, uint64_t generation, bool skip,
-                            bool own_blocked) {
-  const runtime::RegionLayout& layout = p.space.layout;
-  const int64_t head = runtime::nvlink_slices((layout.bundle_bytes + kSliceBytes - 1) / kSliceBytes,
-                                              p.args.host_slices);
-  const bool own = !skip && !own_blocked && runtime::owner_in_group(op);
-  const char* home =
-      p.space.peer_bases[w] + layout.home_slot(p.args.layer, op.expert % layout.experts_per_rank);
-  char* slot = p.space.peer_bases[w] + layout.helper_slot(bank, op.helper);
-  const HostChunk c = host_chunk(chunk, p.args.host_slices);
-  if (!skip) {
-    for (int64_t s = c.first; s < c.end; ++s) {
-      const int64_t begin = (head + s) * kSliceBytes;
-      const int bytes = static_cast<int>(min(kSliceBytes, layout.bundle_bytes - begin));
-      warp_copy_slice(home + begin, p.args.staging + p.args.staging_layout.data(area, s),
-                      own ? slot + begin : nullptr, bytes);
-    }
-  }
-  __syncwarp();
-  if ((threadIdx.x & 31) == 0) {
-    fence_acq_rel_sys();
-    store_release_sys(
-        reinterpret_cast<uint64_t*>(p.args.staging + p.args.staging_layout.flag(area, chunk)),
-        2 * generation + (skip ? 0 : 1));
-  }
-  return !skip && (own || !runtime::owner_in_group(op));
-}
-
-// Member w (not the owner) waits for the owner's flag of chunk `chunk` of `op` (acquire, until
-// `deadline`) and copies the chunk from the staging area into its own helper slot. Whole warp.
-// Returns false (and reports) when the chunk never arrived, arrived as failed, or w's slot is
-// blocked by the reuse fence.
-// NOTE: every lane acquires the flag itself (one coalesced load per poll), so each lane's staging
-// loads are ordered after an acquire that read the owner's release of 2g + 1.
-__device__ bool fetch_chunk(const ReplicateParams& p, const CopyOp& op, int w, int bank,
-                            int64_t area, int64_t chunk, uint64_t generation, bool own_blocked,
-                            uint64_t deadline, Scratch* scratch) {
-  if (own_blocked) return false;  // fence_targets reported it
-  const runtime::RegionLayout& layout = p.space.layout;
-  const int64_t head = runtime::nvlink_slices((layout.bundle_bytes + kSliceBytes - 1) / kSliceBytes,
-                                              p.args.host_slices);
-  const auto* flag =
-      reinterpret_cast<const uint64_t*>(p.args.staging + p.args.staging_layout.flag(area, chunk));
-  const uint64_t want = 2 * generation + 1;
-  const uint64_t value = wait_at_least(flag, want - 1, deadline);
-  if (!__all_sync(0xffffffffu, value == want)) {
-    if ((threadIdx.x & 31) == 0) {
-      report(scratch,
-             static_cast<uint32_t>(value > want ? StatusCode::kReadyOvertaken
-                                                : StatusCode::kHostLaneTimeout),
-             op.owner, generation);
-    }
-    return false;
-  }
-  char* slot = p.space.peer_bases[w] + layout.helper_slot(bank, op.helper);
-  const HostChunk c = host_chunk(chunk, p.args.host_slices);
-  for (int64_t s = c.first; s < c.end; ++s) {
-    const int64_t begin = (head + s) * kSliceBytes;
-    const int bytes = static_cast<int>(min(kSliceBytes, layout.bundle_bytes - begin));
-    warp_copy_slice(p.args.staging + p.args.staging_layout.data(area, s), slot + begin, nullptr,
-                    bytes);
-  }
-  return true;
-}
-
-// The host-lane CTA `host_cta` of rank w: its ops' chunks (op order, then chunk order; owner
-// roles stage, member roles fetch) are dealt round-robin to the warps of all host-lane CTAs.
-// NOTE: no cycle of waits: a fetch of (op k, chunk c) waits only for the owner's stage of (k, c),
-// which on the owner's warp follows only tasks of earlier (op, chunk) pairs; by induction every
-// wait ends, provided all CTAs of all ranks are resident (the runtime checks this in logical
-// mode; with one process per GPU each rank's kernel runs on its own GPU).
-__device__ bool run_host_lane(const ReplicateParams& p, int w, int bank, uint64_t generation,
-                              const uint32_t* blocked, int host_cta, Scratch* scratch) {
-  const int64_t host_slices = p.args.host_slices;
-  const int64_t num_chunks = runtime::host_lane_chunks(host_slices);
-  const int num_warps = static_cast<int>(blockDim.x) / 32;
-  const int64_t my_warp = static_cast<int64_t>(host_cta) * num_warps + threadIdx.x / 32;
-  const int64_t all_warps = static_cast<int64_t>(p.args.host_ctas) * num_warps;
-  const uint64_t deadline = globaltimer_ns() + p.space.timeout_ns;
-  bool complete = true;
-  int64_t first_task = 0;  // this rank's host-lane tasks before op k
-  for (int k = 0; k < p.args.num_ops; ++k) {
-    const CopyOp op = p.args.ops[k];
-    const runtime::HostRole role = runtime::host_role(op, w, host_slices);
-    if (role == runtime::HostRole::kNone) continue;
-    const int64_t area = p.args.staging_layout.area(bank, op.helper, op.group_begin);
-    const bool own_blocked =
-        (w >= op.group_begin && w < op.group_begin + op.group_size) && test_bit(blocked, w);
-    bool all_blocked = true;
-    for (int m = op.group_begin; m < op.group_begin + op.group_size; ++m) {
-      all_blocked = all_blocked && test_bit(blocked, m);
-    }
-    for (int64_t c = ((my_warp - first_task) % all_warps + all_warps) % all_warps; c < num_chunks;
-         c += all_warps) {
-      const bool ok =
-          role == runtime::HostRole::kStage
-              ? stage_chunk(p, op, w, bank, area, c, generation, all_blocked, own_blocked)
-              : fetch_chunk(p, op, w, bank, area, c, generation, own_blocked, deadline, scratch);
-      complete = complete && ok;
-    }
-    first_task += num_chunks;
-  }
-  return complete;
-}
-
 // ---- kernel ----------------------------------------------------------------------------------
 
 struct ReplicateShared {
@@ -613,6 +424,7 @@ struct ReplicateShared {
   uint32_t blocked[ReplicateConfig::kRankWords];
   uint64_t bars[ReplicateConfig::kMaxStages];
   SliceTask tasks[ReplicateConfig::kMaxStages];
+  HostSlice host_slices[ReplicateConfig::kMaxStages];  // host-lane CTAs (bulk path)
 };
 
 template <StoreKind kStore, CopyPath kPath>
@@ -658,8 +470,10 @@ __global__ void __launch_bounds__(ReplicateConfig::kMaxThreads, 1)
                     layout.num_banks, p.args.host_slices, shared.targets, shared.blocked, scratch);
   bool complete = true;
   if (host_cta) {
-    complete = run_host_lane(p, w, bank, generation, shared.blocked,
-                             static_cast<int>(blockIdx.x) - copy_ctas, scratch);
+    const int warp_stages = static_cast<int>(threadIdx.x / 32) * pipe.stages;
+    complete = run_host_lane<kPath>(p, w, bank, generation, shared.blocked,
+                                    static_cast<int>(blockIdx.x) - copy_ctas, pipe.buffer,
+                                    pipe.bars, shared.host_slices + warp_stages, scratch);
   } else if constexpr (kPath == CopyPath::kBulk) {
     complete = copy_with_bulk<kStore>(p, shared.prefix, pipe, w, bank, shared.blocked);
   } else {

@@ -332,6 +332,7 @@ void Runtime::launch_replicate(int local_begin, int local_end, const CopyOp* ops
   if (transport == Transport::kP2PSamiHost && host_slices() > 0) {
     args.host_slices = host_slices();
     args.host_ctas = config_.host_sms;
+    args.host_path = config_.host_path;
     args.staging = staging_->device();
     args.staging_layout = runtime::make_staging_layout(config_);
     // NOTE: members spin on flags that other ranks' CTAs of the same launch publish; in logical
@@ -447,6 +448,13 @@ void Runtime::set_host_share(double share, int host_sms) {
   ISER_CHECK(host_sms >= 0 && host_sms <= 64, "runtime: host_sms = {} not in [0, 64]", host_sms);
   host_share_ = share;
   if (host_sms > 0) config_.host_sms = host_sms;
+}
+
+void Runtime::set_host_path(CopyPath path) {
+  RuntimeConfig next = config_;
+  next.host_path = path;
+  next.validate();
+  config_ = next;
 }
 
 int64_t Runtime::host_slices() const {

@@ -69,6 +69,11 @@ TEST(RuntimeConfig, ValidateNamesTheField) {
   c.validate();
   c.copy_stages = 23;
   expect_error([&] { c.validate(); }, "copy_stages = 23");
+  c = small_config();
+  c.host_path = CopyPath::kRegisters;
+  c.validate();
+  c.host_path = static_cast<CopyPath>(7);
+  expect_error([&] { c.validate(); }, "host_path = 7");
 }
 
 TEST(RuntimeConfig, FingerprintMismatchNamesRankAndField) {

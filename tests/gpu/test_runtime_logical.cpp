@@ -485,29 +485,42 @@ TEST_P(HostLaneRanks, ReplicasMatchOwners) {
   DeviceVector<int32_t> slot_expert(static_cast<size_t>(c.num_ranks) * c.num_ranks * c.num_slots);
   DeviceVector<CopyOp> device_ops(64);
   uint64_t g = 0;
+  // ISER_TEST_SHORT (sanitizer runs): 3 copy SMs only.
+  const std::vector<int> copy_sms =
+      std::getenv("ISER_TEST_SHORT") ? std::vector<int>{3} : std::vector<int>{1, 3};
+  // The bulk host lane runs on each bulk shape's stages (1 x 1: no lag; 2 x 11: deep pipelines,
+  // many chunks per warp); the register host lane on the default bulk shape and the register
+  // path.
   for (const TestCopyShape& shape : kTestCopyShapes) {
     rt->set_copy_shape(shape.path, shape.warps, shape.stages);
-    for (double share : {0.05, 0.25, 1.0, 0.0}) {
-      for (int host_sms : {1, 4}) {
-        for (int sms : {1, 3}) {
-          ++g;
-          rt->set_host_share(share, host_sms);
-          const std::vector<CopyOp> ops = random_ops(c, rng, 3 * c.num_slots);
-          device_ops.upload(ops);
-          const int num_ops = static_cast<int>(ops.size());
-          const std::string what =
-              "p2p-sami-host, " + shape.name() + ", share " + std::to_string(share) + " (" +
-              std::to_string(rt->host_slices()) + " slices), " + std::to_string(host_sms) +
-              " host + " + std::to_string(sms) + " copy SMs";
-          poison_helpers(*rt);
-          rt->replicate(device_ops.get(), num_ops, 0, g, Transport::kP2PSamiHost, stream_, sms);
-          rt->ready_gate(device_ops.get(), num_ops, g, slot_expert.get(), stream_,
-                         Transport::kP2PSamiHost);
-          ISER_EXPECT_CUDA(cudaStreamSynchronize(stream_));
-          expect_bank(*rt, ops, 0, rt->bank_of(g), what.c_str());
-          expect_gate_and_ready(*rt, ops, slot_expert, g, what);
-          if (HasFailure()) return;
-          rt->release_bank(g, stream_);
+    std::vector<CopyPath> host_paths = {CopyPath::kBulk};
+    if (shape.path == CopyPath::kBulk && shape.warps == 0)
+      host_paths.push_back(CopyPath::kRegisters);
+    for (CopyPath host_path : host_paths) {
+      rt->set_host_path(host_path);
+      for (double share : {0.05, 0.25, 1.0, 0.0}) {
+        for (int host_sms : {1, 4}) {
+          for (int sms : copy_sms) {
+            ++g;
+            rt->set_host_share(share, host_sms);
+            const std::vector<CopyOp> ops = random_ops(c, rng, 3 * c.num_slots);
+            device_ops.upload(ops);
+            const int num_ops = static_cast<int>(ops.size());
+            const std::string what =
+                "p2p-sami-host, " + shape.name() + ", host lane " +
+                std::string(to_string(host_path)) + ", share " + std::to_string(share) + " (" +
+                std::to_string(rt->host_slices()) + " slices), " + std::to_string(host_sms) +
+                " host + " + std::to_string(sms) + " copy SMs";
+            poison_helpers(*rt);
+            rt->replicate(device_ops.get(), num_ops, 0, g, Transport::kP2PSamiHost, stream_, sms);
+            rt->ready_gate(device_ops.get(), num_ops, g, slot_expert.get(), stream_,
+                           Transport::kP2PSamiHost);
+            ISER_EXPECT_CUDA(cudaStreamSynchronize(stream_));
+            expect_bank(*rt, ops, 0, rt->bank_of(g), what.c_str());
+            expect_gate_and_ready(*rt, ops, slot_expert, g, what);
+            if (HasFailure()) return;
+            rt->release_bank(g, stream_);
+          }
         }
       }
     }
