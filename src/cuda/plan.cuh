@@ -291,9 +291,11 @@ __device__ __forceinline__ void plan_cta(const PlanParams& p, const PlanSmem& la
       build_pair_lists(st, B, tid - 32 * first_warp, num_side_warps * 32);
       named_barrier(2, num_side_warps * 32);
       stamp(4, 32 * first_warp);
-      // NOTE: compute-sanitizer racecheck reports hazards between this path's trades (warp 1)
-      // and the output stage's quota reads after the block barrier below; not understood, so
-      // the path is opt-in (GpuPlanner::set_scheduled_repair). The phase path reports none.
+      // NOTE: compute-sanitizer racecheck reports hazards between this path's trades (warp 1:
+      // PairTrade::run, and warp_trade under trade_list_on_warp for lists longer than
+      // kListRegs) and the output stage's quota reads after the block barrier below (seen from
+      // warp 0, the colouring warp, on 2026-11-30); not understood, so the path is opt-in
+      // (GpuPlanner::set_scheduled_repair). The phase path reports none.
       if (st.scalars[kPoolTopWord] <= kPairPoolWords) {
         if (side_warp == 0) {
           const bool stamps = p.timer != nullptr && plan_idx == 0 && lane == 0;
