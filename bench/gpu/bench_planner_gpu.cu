@@ -210,6 +210,10 @@ cudaGraphExec_t make_graph(cudaStream_t stream, Capture&& capture) {
   return exec;
 }
 
+// Does nothing: timed like the planner, it gives the floor of the protocol (events around one
+// launch or graph replay right after an L2 flush), below which no kernel can be measured.
+__global__ void empty_kernel() {}
+
 }  // namespace
 
 int main(int argc, char** argv) {
@@ -459,6 +463,20 @@ int main(int argc, char** argv) {
         BENCH_CUDA(cudaFree(d_row[i]));
       }
     }  // policies
+  }
+  {
+    // Timed last, with the GPU warm (timed first, it also measures the clocks ramping up).
+    const auto launch_empty = [&] { empty_kernel<<<1, 32, 0, stream>>>(); };
+    const cudaGraphExec_t g_empty = args.graph ? make_graph(stream, launch_empty) : nullptr;
+    const Timing t_floor = time_replays(args, 1, stream, flush, flush_bytes, nullptr, [&](int) {
+      if (g_empty != nullptr) {
+        BENCH_CUDA(cudaGraphLaunch(g_empty, stream));
+      } else {
+        launch_empty();
+      }
+    });
+    if (g_empty != nullptr) BENCH_CUDA(cudaGraphExecDestroy(g_empty));
+    std::printf("# floor: an empty kernel timed the same way: %.2f us\n", t_floor.event_us);
   }
   json += "]\n";
   if (!args.json.empty()) {

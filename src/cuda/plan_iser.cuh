@@ -60,9 +60,10 @@ __device__ __forceinline__ void keep_block_1(const State& st, int lane) {
 
 // plan_iser's placement (warp 0): leaves the kept candidate in st's own block (block 0; the
 // challenger is planned in block 1 and copied over when it wins) and returns its number of
-// broadcasts. Out of line: its code and second State view stay out of the HALO-Q path.
-inline __device__ __noinline__ int place_iser(const State& st, const PlanParams& p, int T,
-                                              int lane) {
+// broadcasts. Out of line: its code and second State view stay out of the HALO-Q path. State
+// and PlanParams go by value (see trade() in plan_repair.cuh: by reference, every thread would
+// store them to local memory at kernel start).
+inline __device__ __noinline__ int place_iser(const State st, const PlanParams p, int T, int lane) {
   State challenger = st;
   challenger.use_buffer(1);
   start_candidate(st, true, lane);

@@ -66,7 +66,10 @@ __device__ __forceinline__ void warp_trade(int32_t* quota, int num_items, int la
 // Fallback, one trade (one warp): receiver a takes spare quota of donor d for its own routes and
 // releases as much of its own spare quota to d, over the broadcasts both host, in expert order.
 // General path (B > 32 * kRepairChunks, rare): out of line to keep the kernel's code small.
-inline __device__ __noinline__ void trade(const State& st, int num_broadcasts, int a, int d,
+// NOTE: State goes by value: by reference its address escapes, so every thread of the kernel
+// would store the whole State to local memory at start (240 bytes, 30 STL.64 per thread, on
+// the planner's critical path) for a call that almost never happens.
+inline __device__ __noinline__ void trade(const State st, int num_broadcasts, int a, int d,
                                           int lane) {
   warp_trade(st.quota, num_broadcasts, lane, [&](int k, int& ia, int& id, int& pull, int& give) {
     ia = -1;

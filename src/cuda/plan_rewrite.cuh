@@ -157,7 +157,7 @@ __device__ __forceinline__ void rewrite_tile(const PlanRewriteParams& p, int row
   // with ld.global.cg after the wait, so no stale copy can be read, only the wait shortened.
 #pragma unroll 1
   for (int i = 32 * tid; i < p.plan.plan_words; i += 32 * Config::kThreads) {
-    asm volatile("prefetch.global.L2 [%0];" ::"l"(plan + i));
+    plan_detail::prefetch_l2(plan + i);
   }
 #pragma unroll 1
   for (int i = tid; i < Config::kWarps * E; i += Config::kThreads) warp_counts[i] = 0;
