@@ -110,26 +110,38 @@ void load_graph_inputs(GraphEpMoeLayer& layer, const RankSlice& slice, const Dev
       cudaMemcpyAsync(layer.input(), input.get(), input.bytes(), cudaMemcpyDeviceToDevice, stream));
 }
 
+// The reference (the eager layer with the host planner) beside graph ON and OFF layers of the
+// same config and weights; one runtime per layer, since each numbers its own generations.
+struct EagerAndGraphs {
+  EagerAndGraphs(const LayerConfig& config, Communicator& comm, bool size_aware)
+      : eager_runtime(ep_runtime_config(config), comm),
+        on_runtime(ep_runtime_config(config), comm),
+        off_runtime(ep_runtime_config(config), comm),
+        eager(config, eager_runtime, comm.get(), EpLayerOptions{.planner = PlannerKind::kHost}),
+        graph_on(config, on_runtime, comm.get(),
+                 GraphLayerOptions{.balance = true, .size_aware = size_aware}),
+        graph_off(config, off_runtime, comm.get(),
+                  GraphLayerOptions{.balance = false, .size_aware = size_aware}) {
+    eager.fill_weights(21, 1.0f / 45.0f);
+    graph_on.fill_weights(21, 1.0f / 45.0f);
+    graph_off.fill_weights(21, 1.0f / 45.0f);
+  }
+
+  Runtime eager_runtime, on_runtime, off_runtime;
+  EpMoeLayer eager;
+  GraphEpMoeLayer graph_on, graph_off;
+};
+
 // size_aware: the slots' GEMMs through switch nodes (GraphLayerOptions::size_aware).
 void replays_match_eager_off(const RankEnv& rank_env, bool size_aware) {
   const RankEnv* env = &rank_env;
   Communicator comm = Communicator::from_unique_id_file(env->id_file, env->rank, env->world);
   const LayerConfig config = graph_case_config();
   const size_t elems = static_cast<size_t>(config.tokens_per_rank) * config.shape.hidden;
-  // One runtime per layer: each numbers its own generations.
-  Runtime eager_runtime(ep_runtime_config(config), comm);
-  Runtime on_runtime(ep_runtime_config(config), comm);
-  Runtime off_runtime(ep_runtime_config(config), comm);
-  EpLayerOptions host_planner;
-  host_planner.planner = PlannerKind::kHost;
-  EpMoeLayer eager(config, eager_runtime, comm.get(), host_planner);
-  GraphEpMoeLayer graph_on(config, on_runtime, comm.get(),
-                           GraphLayerOptions{.balance = true, .size_aware = size_aware});
-  GraphEpMoeLayer graph_off(config, off_runtime, comm.get(),
-                            GraphLayerOptions{.balance = false, .size_aware = size_aware});
-  eager.fill_weights(21, 1.0f / 45.0f);
-  graph_on.fill_weights(21, 1.0f / 45.0f);
-  graph_off.fill_weights(21, 1.0f / 45.0f);
+  EagerAndGraphs layers(config, comm, size_aware);
+  EpMoeLayer& eager = layers.eager;
+  GraphEpMoeLayer& graph_on = layers.graph_on;
+  GraphEpMoeLayer& graph_off = layers.graph_off;
   EXPECT_EQ(graph_on.dims().slot_rows, 128);
   EXPECT_EQ(graph_on.dims().peer_rows, 256);
   graph_on.capture();
@@ -272,17 +284,10 @@ TEST(MoeEpGraph, BadInputsAreReportedAndTheNextReplayIsExact) {
   Communicator comm = Communicator::from_unique_id_file(env->id_file, env->rank, env->world);
   const LayerConfig config = graph_case_config();
   const size_t elems = static_cast<size_t>(config.tokens_per_rank) * config.shape.hidden;
-  Runtime eager_runtime(ep_runtime_config(config), comm);
-  Runtime on_runtime(ep_runtime_config(config), comm);
-  Runtime off_runtime(ep_runtime_config(config), comm);
-  EpLayerOptions host_planner;
-  host_planner.planner = PlannerKind::kHost;
-  EpMoeLayer eager(config, eager_runtime, comm.get(), host_planner);
-  GraphEpMoeLayer graph_on(config, on_runtime, comm.get());
-  GraphEpMoeLayer graph_off(config, off_runtime, comm.get(), GraphLayerOptions{.balance = false});
-  eager.fill_weights(21, 1.0f / 45.0f);
-  graph_on.fill_weights(21, 1.0f / 45.0f);
-  graph_off.fill_weights(21, 1.0f / 45.0f);
+  EagerAndGraphs layers(config, comm, GraphLayerOptions{}.size_aware);
+  EpMoeLayer& eager = layers.eager;
+  GraphEpMoeLayer& graph_on = layers.graph_on;
+  GraphEpMoeLayer& graph_off = layers.graph_off;
   graph_on.capture();
   graph_off.capture();
   DeviceBuffer input(elems * 2), eager_out(elems * 2), barrier(sizeof(float));

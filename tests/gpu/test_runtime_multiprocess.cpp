@@ -208,14 +208,17 @@ TEST(MultiProcess, SamiOwnerInsideGroupFillsBothHelperSlots) {
 // member pulls the even ones) and each GPU is the owner of one op and the member of another. A
 // bundle of 387 slices (the last one partial, moved by the member), transports p2p-sami-owner and
 // plan (ops of mode 2), checked as expect_replicas_every_shape_then_graph says.
+// Helper 0: expert 0 (owner 0) on {1} and expert 5 (owner 1) on {0}; helper 1: expert 3 (owner
+// 0) on {1}; helper 2 on {1} and helper 3 everywhere stay untargeted (rank 0's helper 1 too).
+std::vector<CopyOp> owner_assisted_ops() {
+  return {{0, 0, 1, 1, 0, kCopyModeSamiOwner},
+          {5, 1, 0, 1, 0, kCopyModeSamiOwner},
+          {3, 0, 1, 1, 1, kCopyModeSamiOwner}};
+}
+
 TEST(MultiProcess, SamiOwnerAssistedFillsMembersFromBothGpus) {
   ISER_AS_RANKS(2, 120);
-  // Helper 0: expert 0 (owner 0) on {1} and expert 5 (owner 1) on {0}; helper 1: expert 3 (owner
-  // 0) on {1}; helper 2 on {1} and helper 3 everywhere stay untargeted (rank 0's helper 1 too).
-  const std::vector<CopyOp> ops = {{0, 0, 1, 1, 0, kCopyModeSamiOwner},
-                                   {5, 1, 0, 1, 0, kCopyModeSamiOwner},
-                                   {3, 0, 1, 1, 1, kCopyModeSamiOwner}};
-  expect_replicas_every_shape_then_graph(*env, ops, Transport::kP2PSamiOwner);
+  expect_replicas_every_shape_then_graph(*env, owner_assisted_ops(), Transport::kP2PSamiOwner);
 }
 
 // p2p-sami-host, the same ops as above with a quarter of every bundle (97 of 387 slices, 25
@@ -223,10 +226,7 @@ TEST(MultiProcess, SamiOwnerAssistedFillsMembersFromBothGpus) {
 // and fetched over PCIe by the other GPU while the head moves over NVLink, both directions at once.
 TEST(MultiProcess, SamiHostFillsMembersOverNvlinkAndPcie) {
   ISER_AS_RANKS(2, 120);
-  const std::vector<CopyOp> ops = {{0, 0, 1, 1, 0, kCopyModeSamiOwner},
-                                   {5, 1, 0, 1, 0, kCopyModeSamiOwner},
-                                   {3, 0, 1, 1, 1, kCopyModeSamiOwner}};
-  expect_replicas_every_shape_then_graph(*env, ops, Transport::kP2PSamiHost, 0.25);
+  expect_replicas_every_shape_then_graph(*env, owner_assisted_ops(), Transport::kP2PSamiHost, 0.25);
 }
 
 // A stalled host lane: owner 0's replicate of generation 1 waits behind a kernel for 1.5 s, so
