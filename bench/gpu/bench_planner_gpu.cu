@@ -148,13 +148,17 @@ struct Timing {
   // stage 1, placement, repair set-up, pair lists, levels, trades, output
   double stage_us[kStages] = {};
   double coloring_us = 0;  // placement end -> coloring end (warp 0, beside set-up and repair)
+  // The fused kernel's first rewrite CTA (GpuPlanner::set_plan_timer), from the plan CTA's start:
+  // its start, ordinals done, plan seen, tables staged, routes written.
+  double rewrite_us[iser::kGpuRewriteTimerSlots] = {};
 };
 
 template <typename Enqueue>
 Timing time_replays(const Args& args, int num_inputs, cudaStream_t stream, void* flush,
                     size_t flush_bytes, unsigned long long* timer, Enqueue&& enqueue) {
-  constexpr int kSlots = iser::kGpuPlanTimerSlots;
-  static_assert(kStages + 2 == kSlots);
+  constexpr int kPlanSlots = iser::kGpuPlanTimerSlots;
+  constexpr int kSlots = kPlanSlots + iser::kGpuRewriteTimerSlots;
+  static_assert(kStages + 2 == kPlanSlots);
   const int total = args.warmup + args.iters;
   std::vector<cudaEvent_t> start(total), stop(total);
   for (int j = 0; j < total; ++j) {
@@ -174,7 +178,7 @@ Timing time_replays(const Args& args, int num_inputs, cudaStream_t stream, void*
     }
   }
   BENCH_CUDA(cudaStreamSynchronize(stream));
-  std::vector<double> ev, kern, coloring, stage[kStages];
+  std::vector<double> ev, kern, coloring, stage[kStages], rewrite[iser::kGpuRewriteTimerSlots];
   for (int j = args.warmup; j < total; ++j) {
     float ms = 0;
     BENCH_CUDA(cudaEventElapsedTime(&ms, start[j], stop[j]));
@@ -184,6 +188,11 @@ Timing time_replays(const Args& args, int num_inputs, cudaStream_t stream, void*
       kern.push_back((t[kStages] - t[0]) * 1e-3);
       for (int k = 0; k < kStages; ++k) stage[k].push_back((t[k + 1] - t[k]) * 1e-3);
       coloring.push_back((t[kStages + 1] - t[2]) * 1e-3);
+      for (int k = 0; k < iser::kGpuRewriteTimerSlots; ++k) {
+        // Signed: a rewrite CTA may start before the plan CTA.
+        rewrite[k].push_back(static_cast<double>(static_cast<long long>(t[kPlanSlots + k] - t[0])) *
+                             1e-3);
+      }
     }
   }
   for (int j = 0; j < total; ++j) {
@@ -194,6 +203,9 @@ Timing time_replays(const Args& args, int num_inputs, cudaStream_t stream, void*
   Timing timing{median(ev), median(kern), {}};
   for (int k = 0; k < kStages; ++k) timing.stage_us[k] = median(stage[k]);
   if (timer != nullptr) timing.coloring_us = median(coloring);
+  for (int k = 0; k < iser::kGpuRewriteTimerSlots && timer != nullptr; ++k) {
+    timing.rewrite_us[k] = median(rewrite[k]);
+  }
   return timing;
 }
 
@@ -237,7 +249,9 @@ int main(int argc, char** argv) {
   void* flush = nullptr;
   BENCH_CUDA(cudaMalloc(&flush, flush_bytes));
   unsigned long long* timer = nullptr;
-  BENCH_CUDA(cudaMalloc(&timer, kGpuPlanTimerSlots * sizeof(unsigned long long)));
+  constexpr int kTimerSlots = kGpuPlanTimerSlots + kGpuRewriteTimerSlots;
+  BENCH_CUDA(cudaMalloc(&timer, kTimerSlots * sizeof(unsigned long long)));
+  BENCH_CUDA(cudaMemset(timer, 0, kTimerSlots * sizeof(unsigned long long)));
 
   std::string json = "[";
   bool all_ok = true;
@@ -423,6 +437,13 @@ int main(int argc, char** argv) {
             t == &t_plan ? "L2 flushed" : (t == &t_warm ? "L2 warm   " : "fused, L2 flushed"),
             t->event_us, t->kernel_us, t->stage_us[0], t->stage_us[1], t->stage_us[2],
             t->stage_us[3], t->stage_us[4], t->stage_us[5], t->stage_us[6], t->coloring_us);
+      }
+      if (!iser) {
+        const double* r = t_fused_timed.rewrite_us;
+        std::printf(
+            "       fused, first rewrite CTA (us from the plan CTA's start): start %.2f, ordinals "
+            "done %.2f, plan seen %.2f, tables staged %.2f, routes written %.2f\n",
+            r[0], r[1], r[2], r[3], r[4]);
       }
       auto stages = [](const Timing& t) {
         std::string list;

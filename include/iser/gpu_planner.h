@@ -29,6 +29,8 @@ inline constexpr int kGpuMaxExperts = 1024;
 inline constexpr int kGpuMaxSlots = 16;
 inline constexpr int kGpuMaxRoutesPerRank = 262144;  // tau * k per rank
 inline constexpr int kGpuPlanTimerSlots = 9;
+// plan_rewrite's first rewrite CTA adds these after them (see set_plan_timer).
+inline constexpr int kGpuRewriteTimerSlots = 5;
 // GpuPlanner::plan_rewrite: how long a rewrite CTA waits for its plan before it gives up
 // (kGpuPlanTimeout). The plan takes microseconds; the limit only turns a hang into a status bit
 // and leaves room for compute-sanitizer, which slows the planner by orders of magnitude.
@@ -183,7 +185,10 @@ class GpuPlanner {
   // to this device array: start, after stage 1, after placement, after the repair set-up and
   // transport modes, after the repair's pair lists, after its levels (none up to P = 24), after
   // its trades, end, and the end of the slot coloring (warp 0 colours beside the set-up and
-  // repair, which warp 1 stamps).
+  // repair, which warp 1 stamps). plan_rewrite() / plan_rewrite_all() also write
+  // kGpuRewriteTimerSlots more (so the array needs kGpuPlanTimerSlots + kGpuRewriteTimerSlots):
+  // its first rewrite CTA's start, its ordinals done (before it waits for the plan), the plan
+  // seen, the plan's tables staged, and its routes written.
   // nullptr (default) disables it.
   void set_plan_timer(unsigned long long* device_timer);
   // Stage 4 by pair lists and levels (plan_repair.cuh: far fewer dependent steps than the

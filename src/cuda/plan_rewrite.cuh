@@ -110,13 +110,18 @@ __device__ __forceinline__ void copy_words(int32_t* dst, const int32_t* src, int
   }
 }
 
-// One rewrite tile: routes [tile * kRouteTile, +kRouteTile) of row `row`.
+// One rewrite tile: routes [tile * kRouteTile, +kRouteTile) of row `row`. stamps: the optional
+// kGpuRewriteTimerSlots profiling stamps (thread 0 writes them), nullptr for all but one tile.
 __device__ __forceinline__ void rewrite_tile(const PlanRewriteParams& p, int row, int tile,
-                                             uint32_t generation) {
+                                             uint32_t generation, unsigned long long* stamps) {
   using Config = PlanRewriteConfig;
   extern __shared__ int32_t smem[];
   __shared__ int published;
   const int tid = threadIdx.x;
+  auto stamp = [&](int slot) {
+    if (stamps != nullptr && tid == 0) stamps[slot] = plan_detail::global_timer();
+  };
+  stamp(0);
   const int lane = tid & 31;
   const int warp = tid >> 5;
   const int P = p.plan.num_ranks;
@@ -227,9 +232,11 @@ __device__ __forceinline__ void rewrite_tile(const PlanRewriteParams& p, int row
   }
 
   // ---- the plan: wait for it, stage its tables of source rank s -----------------------------
+  stamp(1);
   if (tid == 0) {
     published =
         wait_for_word(p.sync + kSyncReady + plan_idx, generation, p.wait_ns, p.poll_ns) ? 1 : 0;
+    stamp(2);
   }
   __syncthreads();
   int plan_status = 0;
@@ -258,6 +265,7 @@ __device__ __forceinline__ void rewrite_tile(const PlanRewriteParams& p, int row
     }
   }
   __syncthreads();
+  stamp(3);
   const int B = plan_status == 0 ? num_broadcasts : 0;
   const bool owner_home = (flags & 1) != 0;
   if (published == 0 && tid == 0) atomicOr(p.error_word, kGpuPlanTimeout);
@@ -291,6 +299,10 @@ __device__ __forceinline__ void rewrite_tile(const PlanRewriteParams& p, int row
       }
     }
     out[idx] = slot;
+  }
+  if (stamps != nullptr) {  // CTA-uniform: the barrier is safe
+    __syncthreads();
+    stamp(4);
   }
 }
 
@@ -339,7 +351,11 @@ __global__ void __launch_bounds__(PlanRewriteConfig::kThreads, 1)
   const int stride = static_cast<int>(gridDim.x) - num_plans;
 #pragma unroll 1
   for (int work = cta - num_plans; work < num_works; work += stride) {
-    rewrite_tile(p, work / p.num_tiles, work % p.num_tiles, generation);
+    unsigned long long* stamps =
+        p.plan.timer != nullptr && work == cta - num_plans && cta == num_plans
+            ? p.plan.timer + kGpuPlanTimerSlots
+            : nullptr;
+    rewrite_tile(p, work / p.num_tiles, work % p.num_tiles, generation, stamps);
     __syncthreads();  // the next tile reuses the shared memory
   }
 }

@@ -35,6 +35,8 @@ struct PlanParams {
   const int32_t* counts = nullptr;      // [num_plans][P][E]
   int32_t* plans = nullptr;             // [num_plans][plan_words]
   unsigned long long* timer = nullptr;  // optional: kGpuPlanTimerSlots stage stamps of CTA 0
+                                        // (+ kGpuRewriteTimerSlots: the fused kernel's first
+                                        // rewrite CTA)
   int num_plans = 0;
   int plan_words = 0;
   int num_ranks = 0;    // P
