@@ -110,74 +110,10 @@ __device__ __forceinline__ void copy_words(int32_t* dst, const int32_t* src, int
   }
 }
 
-// A lane's routes of a rewrite tile: expert ids (-1: none) and ordinals among the row's routes of
-// their expert.
-struct LaneRoutes {
-  int id[PlanRewriteConfig::kRoutesPerLane];
-  int ordinal[PlanRewriteConfig::kRoutesPerLane];
-};
-
-// The staged plan tables of a rewrite tile (shared memory, see rewrite_tile), and where the
-// demand_end rows are when they are not staged.
-struct TileTables {
-  const int32_t* count_row;
-  const int32_t* expert_broadcast;
-  const int32_t* b_owner;
-  const int32_t* b_begin;
-  const int32_t* b_size;
-  const int32_t* b_helper;
-  const int32_t* b_quota;
-  const int32_t* b_supply_begin;
-  const int32_t* b_demand_before;
-  const int32_t* staged_demand;  // nullptr: read demand_end from global_demand
-  const int32_t* global_demand;
-};
-
-// Writes the slot of each of the lane's routes (DESIGN §4.5): the home slot unless the expert has
-// one of the B broadcasts, then rewrite_detail::route_slot. Out of line so that rewrite_tile can
-// run the same instructions twice: once on placeholder tables while the plan is being made, so
-// that they are in the SM's instruction cache when the plan arrives (measured: cold, the slots of
-// a tile took 2-9 us after the tables, growing with P), and once for real.
-inline __device__ __noinline__ void write_lane_slots(const LaneRoutes r, const TileTables t,
-                                                     int32_t* out, int base, int lane,
-                                                     int num_routes, int B, int P, int H, int S,
-                                                     int s, bool owner_home) {
-#pragma unroll
-  for (int i = 0; i < PlanRewriteConfig::kRoutesPerLane; ++i) {
-    const int idx = base + i * 32 + lane;
-    if (idx >= num_routes) continue;
-    const int v = r.id[i];
-    int slot = -1;
-    if (v >= 0) {
-      const int b = B > 0 ? t.expert_broadcast[v] : -1;
-      if (b < 0) {
-        const int owner = v / H;
-        slot = owner * (H + S) + (v - owner * H);
-      } else {
-        // diag and low as the rewrite kernel's views, from this route's own c[s][e].
-        const int c = t.count_row[v];
-        const int diag = min(c, t.b_quota[b]);
-        const int supply_begin = t.b_supply_begin[b];
-        const int low = min(max(t.b_demand_before[b] - supply_begin, 0), c - diag);
-        const int32_t* staged_row = t.staged_demand + b * P;
-        const int32_t* global_row = t.global_demand + b * P;
-        const bool staged = t.staged_demand != nullptr;
-        slot = rewrite_detail::route_slot(
-            low, diag, supply_begin,
-            [&](int d) { return staged ? staged_row[d] : __ldcg(global_row + d); }, v, t.b_owner[b],
-            t.b_begin[b], t.b_size[b], t.b_helper[b], s, r.ordinal[i], P, H, S, owner_home);
-      }
-    }
-    out[idx] = slot;
-  }
-}
-
-// One rewrite tile: routes [tile * kRouteTile, +kRouteTile) of row `row`. warm_up: the CTA's
-// first tile (the slot code is not in its instruction cache yet). stamps: the optional
+// One rewrite tile: routes [tile * kRouteTile, +kRouteTile) of row `row`. stamps: the optional
 // kGpuRewriteTimerSlots profiling stamps (thread 0 writes them), nullptr for all but one tile.
 __device__ __forceinline__ void rewrite_tile(const PlanRewriteParams& p, int row, int tile,
-                                             uint32_t generation, bool warm_up,
-                                             unsigned long long* stamps) {
+                                             uint32_t generation, unsigned long long* stamps) {
   using Config = PlanRewriteConfig;
   extern __shared__ int32_t smem[];
   __shared__ int published;
@@ -215,8 +151,7 @@ __device__ __forceinline__ void rewrite_tile(const PlanRewriteParams& p, int row
   // ---- plan-independent: ids, the row's counts, ordinals ----------------------------------
   const int32_t* ids = p.topk_ids + static_cast<int64_t>(row) * p.num_routes;
   const int base = tile * kRouteTile + warp * Config::kWarpRoutes;
-  LaneRoutes routes;
-  int(&id)[Config::kRoutesPerLane] = routes.id;
+  int id[Config::kRoutesPerLane];
 #pragma unroll
   for (int i = 0; i < Config::kRoutesPerLane; ++i) {
     const int idx = base + i * 32 + lane;
@@ -236,7 +171,7 @@ __device__ __forceinline__ void rewrite_tile(const PlanRewriteParams& p, int row
   // Pass 1: ordinal of each route among the warp's routes of its expert (routes in order).
   const unsigned lanes_below = (1u << lane) - 1u;
   int32_t* my_counts = warp_counts + warp * E;
-  int(&ordinal)[Config::kRoutesPerLane] = routes.ordinal;
+  int ordinal[Config::kRoutesPerLane];
   bool bad = false;
 #pragma unroll
   for (int i = 0; i < Config::kRoutesPerLane; ++i) {
@@ -296,41 +231,6 @@ __device__ __forceinline__ void rewrite_tile(const PlanRewriteParams& p, int row
     if (id[i] >= 0) ordinal[i] += my_counts[id[i]];
   }
 
-  const bool staged = rewrite_detail::stages_demand(P, max_b);
-  int32_t* out = p.slot_ids + static_cast<int64_t>(row) * p.num_routes;
-  const TileTables tables{count_row,
-                          expert_broadcast,
-                          b_owner,
-                          b_begin,
-                          b_size,
-                          b_helper,
-                          b_quota,
-                          b_supply_begin,
-                          b_demand_before,
-                          staged ? staged_demand : nullptr,
-                          plan + lay.demand_end()};
-  // Warm-up while the plan is being made: the slot code on placeholder tables (every expert in
-  // broadcast 0 over all P ranks, so that every route takes the search), writing slots that the
-  // real pass overwrites. Staged tables only: the placeholder demand row lives in shared memory
-  // (unstaged rows are the plan's, in global memory, being written right now).
-  if (warm_up && staged) {
-#pragma unroll 1
-    for (int e = tid; e < E; e += Config::kThreads) expert_broadcast[e] = 0;
-#pragma unroll 1
-    for (int d = tid; d < P; d += Config::kThreads) staged_demand[d] = d + 1;
-    if (tid == 0) {
-      b_owner[0] = 0;
-      b_begin[0] = 0;
-      b_size[0] = P;
-      b_helper[0] = 0;
-      b_quota[0] = 0;
-      b_supply_begin[0] = 0;
-      b_demand_before[0] = 0;
-    }
-    __syncthreads();
-    write_lane_slots(routes, tables, out, base, lane, p.num_routes, 1, P, H, S, s, false);
-  }
-
   // ---- the plan: wait for it, stage its tables of source rank s -----------------------------
   stamp(1);
   if (tid == 0) {
@@ -342,6 +242,7 @@ __device__ __forceinline__ void rewrite_tile(const PlanRewriteParams& p, int row
   int plan_status = 0;
   int num_broadcasts = 0;
   int flags = 0;
+  const bool staged = rewrite_detail::stages_demand(P, max_b);
   if (published != 0) {
     // NOTE: one load round: the header and the tables (every b < max_b, without waiting for B:
     // rows past B are never looked up, expert_broadcast maps only to b < B) are loaded together.
@@ -371,7 +272,34 @@ __device__ __forceinline__ void rewrite_tile(const PlanRewriteParams& p, int row
   if (plan_status != 0 && tile == 0 && tid == 0) atomicOr(p.error_word, kGpuPlanNotOk);
 
   // ---- slots ----------------------------------------------------------------------------------
-  write_lane_slots(routes, tables, out, base, lane, p.num_routes, B, P, H, S, s, owner_home);
+  int32_t* out = p.slot_ids + static_cast<int64_t>(row) * p.num_routes;
+#pragma unroll
+  for (int i = 0; i < Config::kRoutesPerLane; ++i) {
+    const int idx = base + i * 32 + lane;
+    if (idx >= p.num_routes) continue;
+    const int v = id[i];
+    int slot = -1;
+    if (v >= 0) {
+      const int b = B > 0 ? expert_broadcast[v] : -1;
+      if (b < 0) {
+        const int owner = v / H;
+        slot = owner * (H + S) + (v - owner * H);
+      } else {
+        // diag and low as the rewrite kernel's views, from this route's own c[s][e].
+        const int c = count_row[v];
+        const int diag = min(c, b_quota[b]);
+        const int supply_begin = b_supply_begin[b];
+        const int low = min(max(b_demand_before[b] - supply_begin, 0), c - diag);
+        const int32_t* staged_row = staged_demand + b * P;
+        const int32_t* global_row_b = plan + lay.demand_end() + b * P;
+        slot = rewrite_detail::route_slot(
+            low, diag, supply_begin,
+            [&](int d) { return staged ? staged_row[d] : __ldcg(global_row_b + d); }, v, b_owner[b],
+            b_begin[b], b_size[b], b_helper[b], s, ordinal[i], P, H, S, owner_home);
+      }
+    }
+    out[idx] = slot;
+  }
   if (stamps != nullptr) {  // CTA-uniform: the barrier is safe
     __syncthreads();
     stamp(4);
@@ -423,11 +351,11 @@ __global__ void __launch_bounds__(PlanRewriteConfig::kThreads, 1)
   const int stride = static_cast<int>(gridDim.x) - num_plans;
 #pragma unroll 1
   for (int work = cta - num_plans; work < num_works; work += stride) {
-    const bool first = work == cta - num_plans;
-    unsigned long long* stamps = p.plan.timer != nullptr && first && cta == num_plans
-                                     ? p.plan.timer + kGpuPlanTimerSlots
-                                     : nullptr;
-    rewrite_tile(p, work / p.num_tiles, work % p.num_tiles, generation, first, stamps);
+    unsigned long long* stamps =
+        p.plan.timer != nullptr && work == cta - num_plans && cta == num_plans
+            ? p.plan.timer + kGpuPlanTimerSlots
+            : nullptr;
+    rewrite_tile(p, work / p.num_tiles, work % p.num_tiles, generation, stamps);
     __syncthreads();  // the next tile reuses the shared memory
   }
 }
