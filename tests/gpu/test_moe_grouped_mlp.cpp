@@ -184,6 +184,74 @@ TEST(GroupedMlp, TailAlgorithmsAndChainedLanesKeepTokenBytes) {
   }
 }
 
+// Lane orders and green-context lanes change only which stream runs a slot and when: on a
+// skewed rank (empty, tiny, tail-only and multi-granule slots, as on E3's slowest ON rank) every
+// token gets the bytes of the pinned-only two-pass schedule. A green-context lane refuses capture.
+TEST(GroupedMlp, SlotOrdersAndGreenLanesKeepTokenBytes) {
+  SKIP_WITHOUT_GPU();
+  const ExpertShape shape;  // DeepSeek-V4-Pro: 256-row pinned granules, tails down to 8 rows
+  const std::vector<int32_t> rows = {0, 3, 700, 45, 1300, 0, 129, 256, 2100, 17, 513, 90};
+  const int num_slots = static_cast<int>(rows.size());
+  int total = 0;
+  for (const int32_t r : rows) total += r;
+  ExpertBank bank(shape, num_slots);
+  bank.fill_random(31, 1.0f / 84.0f, nullptr);
+  std::vector<SlotWeights> weights;
+  for (int s = 0; s < num_slots; ++s) weights.push_back(bank.slot(s));
+  DeviceBuffer x(static_cast<size_t>(total) * shape.hidden * 2);
+  cuda::launch_fill_uniform({x.get<uint16_t>(), int64_t{total} * shape.hidden, 23, 1.0f}, nullptr);
+  const auto run_with = [&](const GroupedMlpOptions& options) {
+    GroupedMlp mlp(shape, num_slots, total, options);
+    mlp.set_weights(weights, nullptr);
+    std::printf("[          ] %s\n", mlp.describe().c_str());
+    DeviceBuffer y(x.bytes());
+    mlp.run(x.get(), rows, y.get(), nullptr);
+    ISER_CUDA_CHECK(cudaDeviceSynchronize());
+    return download(y.get(), x.bytes() / 2);
+  };
+  GroupedMlpOptions pinned_only;
+  pinned_only.chain_slots = false;
+  pinned_only.min_tail_granule = 0;
+  const auto want = run_with(pinned_only);
+
+  std::vector<GroupedMlpOptions> schedules;
+  for (const SlotOrder order : {SlotOrder::kLargestFirst, SlotOrder::kInterleaved,
+                                SlotOrder::kMixed, SlotOrder::kSmallestFirst}) {
+    GroupedMlpOptions options;
+    options.num_lanes = 3;
+    options.slot_order = order;
+    schedules.push_back(options);
+  }
+  GroupedMlpOptions green;
+  green.num_lanes = 16;
+  green.slot_order = SlotOrder::kInterleaved;
+  green.priority_below_rows = 256;
+  green.small_lane_sms = 16;
+  schedules.push_back(green);
+  for (const GroupedMlpOptions& options : schedules) {
+    const auto got = run_with(options);
+    ASSERT_EQ(want.size(), got.size());
+    for (int row = 0; row < total; ++row) {
+      const size_t he = shape.hidden;
+      ASSERT_EQ(0, std::memcmp(want.data() + row * he, got.data() + row * he, he * 2))
+          << "row " << row << " differs (order " << static_cast<int>(options.slot_order)
+          << ", small lanes on " << options.small_lane_sms << " SMs)";
+    }
+  }
+
+  GroupedMlp mlp(shape, num_slots, total, green);
+  mlp.set_weights(weights, nullptr);
+  DeviceBuffer y(x.bytes());
+  cudaStream_t stream = nullptr;
+  ISER_CUDA_CHECK(cudaStreamCreateWithFlags(&stream, cudaStreamNonBlocking));
+  ISER_CUDA_CHECK(cudaStreamBeginCapture(stream, cudaStreamCaptureModeThreadLocal));
+  EXPECT_THROW(mlp.run(x.get(), rows, y.get(), stream), Error);
+  cudaGraph_t graph = nullptr;
+  ISER_CUDA_CHECK(cudaStreamEndCapture(stream, &graph));
+  if (graph != nullptr) cudaGraphDestroy(graph);
+  cudaStreamDestroy(stream);
+}
+
 TEST(GroupedMlp, RejectsBadInput) {
   SKIP_WITHOUT_GPU();
   const ExpertShape shape{64, 32};
@@ -199,6 +267,12 @@ TEST(GroupedMlp, RejectsBadInput) {
   GroupedMlpOptions negative;
   negative.priority_below_rows = -1;
   EXPECT_THROW(GroupedMlp(shape, 2, 8, negative), Error);
+  GroupedMlpOptions green_without_priority;
+  green_without_priority.small_lane_sms = 16;
+  EXPECT_THROW(GroupedMlp(shape, 2, 8, green_without_priority), Error);
+  GroupedMlpOptions bad_order;
+  bad_order.slot_order = static_cast<SlotOrder>(7);
+  EXPECT_THROW(GroupedMlp(shape, 2, 8, bad_order), Error);
 }
 
 }  // namespace
