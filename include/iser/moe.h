@@ -129,6 +129,10 @@ struct GroupedMlpOptions {
   // hold more SMs than that while the ordinary lanes keep all of them. 0: ordinary streams.
   // Not capturable in a CUDA graph (run() refuses a capturing stream).
   int small_lane_sms = 0;
+  // Chained slots only: a slot's tail piece (its last partial granule, see min_tail_granule) runs
+  // on a second stream of its lane, beside its whole granules instead of after them, so that the
+  // two launches read the slot's weights at about the same time. Same pieces, same bytes.
+  bool concurrent_tails = false;
   // The row count the pinned algorithms are chosen for (cublasLt's heuristic); 0: min(max_rows,
   // 1024). Two GroupedMlp of one shape give a token the same bytes when they pin the same
   // algorithms: the EP graph mode sets EpMoeLayer's value so that its output equals the eager

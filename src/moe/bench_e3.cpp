@@ -71,7 +71,8 @@ struct Variant {
 
 // "lanes:chain:tails[:option...]": lanes = num_lanes, chain 0/1 = chain_slots, tails = off or
 // min_tail_granule; options: p<rows> = priority_below_rows, s<sms> = small_lane_sms, o<l|i|m|s>
-// = slot_order (largest first, interleaved, mixed, smallest first), g = CUDA-graph timing.
+// = slot_order (largest first, interleaved, mixed, smallest first), t = concurrent_tails,
+// g = CUDA-graph timing.
 Variant parse_variant(const std::string& spec, GemmBackend backend) {
   Variant v{spec, {}};
   v.options.backend = backend;
@@ -101,6 +102,8 @@ Variant parse_variant(const std::string& spec, GemmBackend backend) {
     const std::string rest = f.empty() ? "" : f.substr(1);
     if (f == "g") {
       v.graph = true;
+    } else if (f == "t") {
+      v.options.concurrent_tails = true;
     } else if (f.starts_with('p')) {
       v.options.priority_below_rows = number(rest, "p<rows>");
     } else if (f.starts_with('s')) {
@@ -109,7 +112,7 @@ Variant parse_variant(const std::string& spec, GemmBackend backend) {
                std::string("lims").find(rest) != std::string::npos) {
       v.options.slot_order = static_cast<SlotOrder>(std::string("lims").find(rest));
     } else {
-      ISER_CHECK(false, "--variants '{}': unknown option '{}' (p<rows>, s<sms>, o<l|i|m|s>, g)",
+      ISER_CHECK(false, "--variants '{}': unknown option '{}' (p<rows>, s<sms>, o<l|i|m|s>, t, g)",
                  spec, f);
     }
   }
@@ -698,7 +701,7 @@ int e3_main(const std::vector<std::string>& args) {
                  "tails: off or the smallest tail granule; options: p<rows> slots under <rows> on "
                  "high-priority lanes, s<sms> those lanes in a green context of <sms> SMs, "
                  "o<l|i|m|s> lane order largest first / interleaved / mixed / smallest first, "
-                 "g CUDA-graph timing)")
+                 "t tails beside their slot's whole granules, g CUDA-graph timing)")
       ->delimiter(',');
   app.add_flag("--decompose", opt.decompose,
                "first variant: time the slowest ON rank as is, without slots under 256 rows and "

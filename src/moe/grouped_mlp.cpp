@@ -175,6 +175,10 @@ struct GroupedMlp::Impl {
     DeviceBuffer workspace;
     cudaStream_t body = nullptr;  // run_switched: captures the lane's switch bodies (lazily made)
     bool green = false;           // stream and event belong to `green_context`
+    // concurrent_tails (ordinary lanes): the stream, workspace and fork/join events of the tails.
+    cudaStream_t tail_stream = nullptr;
+    DeviceBuffer tail_workspace;
+    cudaEvent_t tail_fork = nullptr, tail_join = nullptr;
   };
   std::vector<Lane> lanes;  // ordinary lanes, then kPriorityLanes when priority_below_rows > 0
   int num_ordinary_lanes = 0;
@@ -197,6 +201,9 @@ struct GroupedMlp::Impl {
       if (lane.stream != nullptr && lane.green) cuStreamDestroy(lane.stream);
       if (lane.stream != nullptr && !lane.green) cudaStreamDestroy(lane.stream);
       if (lane.body != nullptr) cudaStreamDestroy(lane.body);
+      if (lane.tail_stream != nullptr) cudaStreamDestroy(lane.tail_stream);
+      if (lane.tail_fork != nullptr) cudaEventDestroy(lane.tail_fork);
+      if (lane.tail_join != nullptr) cudaEventDestroy(lane.tail_join);
     }
     if (green_context != nullptr) cuGreenCtxDestroy(green_context);  // after its streams
     if (fork_event != nullptr) cudaEventDestroy(fork_event);
@@ -210,9 +217,9 @@ struct GroupedMlp::Impl {
   void run_lt(const cuda::GroupPointersParams& params, int64_t total_rows, Stream stream);
   void run_lt_chained(const cuda::GroupPointersParams& params, Stream stream);
   // One slot's chain (GEMM 1 -> SiLU-multiply -> GEMM 2) over `rows` rows starting at row `row`
-  // of x / y and of the scratch buffers.
+  // of x / y and of the scratch buffers; the tail pieces on `lane`'s tail stream when it has one.
   void run_slot_chain(int slot, const uint16_t* x, uint16_t* y, int64_t row, int64_t rows,
-                      DeviceBuffer& ws, Stream stream);
+                      DeviceBuffer& ws, Stream stream, Lane* lane = nullptr);
   // Adds a switch node on `handle` with `num_bodies` bodies after the capture dependencies of
   // `stream`, which then depends on it; returns the bodies.
   static const cudaGraph_t* add_switch(Stream stream, uint64_t handle, int num_bodies);
@@ -299,6 +306,13 @@ GroupedMlp::GroupedMlp(ExpertShape shape, int num_slots, int64_t max_rows,
       ISER_CUDA_CHECK(cudaStreamCreateWithPriority(&lane.stream, cudaStreamNonBlocking,
                                                    high ? greatest_priority : least_priority));
       ISER_CUDA_CHECK(cudaEventCreateWithFlags(&lane.done, cudaEventDisableTiming));
+      if (options.chain_slots && options.concurrent_tails && !high) {
+        ISER_CUDA_CHECK(
+            cudaStreamCreateWithPriority(&lane.tail_stream, cudaStreamNonBlocking, least_priority));
+        ISER_CUDA_CHECK(cudaEventCreateWithFlags(&lane.tail_fork, cudaEventDisableTiming));
+        ISER_CUDA_CHECK(cudaEventCreateWithFlags(&lane.tail_join, cudaEventDisableTiming));
+        lane.tail_workspace = DeviceBuffer(kCublasWorkspaceBytes);
+      }
     }
   } else {
     ISER_CUBLAS_CHECK(cublasCreate(&s.handle));
@@ -353,7 +367,8 @@ std::string GroupedMlp::describe() const {
                         s.options.priority_below_rows)
           : "",
       s.options.chain_slots
-          ? fmt::format("slots chained, {}", kOrders[static_cast<int>(s.options.slot_order)])
+          ? fmt::format("slots chained, {}{}", kOrders[static_cast<int>(s.options.slot_order)],
+                        s.options.concurrent_tails ? ", concurrent tails" : "")
           : "two passes",
       s.options.min_tail_granule > 0 ? fmt::format(">= {} rows", s.options.min_tail_granule)
                                      : "off",
@@ -501,22 +516,33 @@ void GroupedMlp::Impl::run_lt_chained(const cuda::GroupPointersParams& params, S
   }
   for (int l = 0; l < num_ordinary; ++l) order_lane(lane_groups[l], options.slot_order, l);
   fork_join(num_used, stream, [&](int lane, cudaStream_t on, DeviceBuffer& ws) {
+    Lane* forked = lanes[lane].tail_stream != nullptr ? &lanes[lane] : nullptr;
     for (int g : lane_groups[lane]) {
-      run_slot_chain(params.slot[g], x, params.y, params.row_begin[g], n[g], ws, on);
+      run_slot_chain(params.slot[g], x, params.y, params.row_begin[g], n[g], ws, on, forked);
     }
   });
 }
 
 void GroupedMlp::Impl::run_slot_chain(int slot, const uint16_t* x, uint16_t* y, int64_t row,
-                                      int64_t rows, DeviceBuffer& ws, Stream stream) {
+                                      int64_t rows, DeviceBuffer& ws, Stream stream, Lane* lane) {
   const int64_t he = shape.hidden;
   const int64_t inter = shape.intermediate;
   uint16_t* h = h13.get<uint16_t>() + row * 2 * inter;
   uint16_t* a = act.get<uint16_t>() + row * inter;
   const SlotWeights& w = host_table[slot];
-  gemm1->run(w.w13, x + row * he, h, rows, ws.get(), ws.bytes(), stream);
+  const auto gemm = [&](PinnedLtGemm& g, const void* weights, const void* in, void* out) {
+    if (lane == nullptr) {
+      g.run(weights, in, out, rows, ws.get(), ws.bytes(), stream);
+      return;
+    }
+    // NOTE: the lane's fork/join events are re-recorded per GEMM; each wait binds to the record
+    // before it, so reusing them is ordered.
+    g.run_forked(weights, in, out, rows, ws.get(), ws.bytes(), stream, lane->tail_workspace.get(),
+                 lane->tail_stream, lane->tail_fork, lane->tail_join);
+  };
+  gemm(*gemm1, w.w13, x + row * he, h);
   cuda::launch_silu_mul({h, a, rows, shape.intermediate}, stream);
-  gemm2->run(w.w2, a, y + row * he, rows, ws.get(), ws.bytes(), stream);
+  gemm(*gemm2, w.w2, a, y + row * he);
 }
 
 const cudaGraph_t* GroupedMlp::Impl::add_switch(Stream stream, uint64_t handle, int num_bodies) {

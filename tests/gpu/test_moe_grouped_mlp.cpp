@@ -184,9 +184,10 @@ TEST(GroupedMlp, TailAlgorithmsAndChainedLanesKeepTokenBytes) {
   }
 }
 
-// Lane orders and green-context lanes change only which stream runs a slot and when: on a
-// skewed rank (empty, tiny, tail-only and multi-granule slots, as on E3's slowest ON rank) every
-// token gets the bytes of the pinned-only two-pass schedule. A green-context lane refuses capture.
+// Lane orders, green-context lanes and concurrent tails change only which stream runs a piece and
+// when: on a skewed rank (empty, tiny, tail-only and multi-granule slots, as on E3's slowest ON
+// rank) every token gets the bytes of the pinned-only two-pass schedule, eager and captured. A
+// green-context lane refuses capture.
 TEST(GroupedMlp, SlotOrdersAndGreenLanesKeepTokenBytes) {
   SKIP_WITHOUT_GPU();
   const ExpertShape shape;  // DeepSeek-V4-Pro: 256-row pinned granules, tails down to 8 rows
@@ -200,13 +201,28 @@ TEST(GroupedMlp, SlotOrdersAndGreenLanesKeepTokenBytes) {
   for (int s = 0; s < num_slots; ++s) weights.push_back(bank.slot(s));
   DeviceBuffer x(static_cast<size_t>(total) * shape.hidden * 2);
   cuda::launch_fill_uniform({x.get<uint16_t>(), int64_t{total} * shape.hidden, 23, 1.0f}, nullptr);
-  const auto run_with = [&](const GroupedMlpOptions& options) {
+  cudaStream_t stream = nullptr;
+  ISER_CUDA_CHECK(cudaStreamCreateWithFlags(&stream, cudaStreamNonBlocking));
+  const auto run_with = [&](const GroupedMlpOptions& options, bool captured = false) {
     GroupedMlp mlp(shape, num_slots, total, options);
     mlp.set_weights(weights, nullptr);
-    std::printf("[          ] %s\n", mlp.describe().c_str());
+    std::printf("[          ] %s%s\n", mlp.describe().c_str(), captured ? " (graph)" : "");
     DeviceBuffer y(x.bytes());
-    mlp.run(x.get(), rows, y.get(), nullptr);
-    ISER_CUDA_CHECK(cudaDeviceSynchronize());
+    if (captured) {
+      cudaGraph_t graph = nullptr;
+      cudaGraphExec_t exec = nullptr;
+      ISER_CUDA_CHECK(cudaStreamBeginCapture(stream, cudaStreamCaptureModeThreadLocal));
+      mlp.run(x.get(), rows, y.get(), stream);
+      ISER_CUDA_CHECK(cudaStreamEndCapture(stream, &graph));
+      ISER_CUDA_CHECK(cudaGraphInstantiate(&exec, graph, 0));
+      ISER_CUDA_CHECK(cudaGraphLaunch(exec, stream));
+      ISER_CUDA_CHECK(cudaStreamSynchronize(stream));
+      cudaGraphExecDestroy(exec);
+      cudaGraphDestroy(graph);
+    } else {
+      mlp.run(x.get(), rows, y.get(), stream);
+      ISER_CUDA_CHECK(cudaStreamSynchronize(stream));
+    }
     return download(y.get(), x.bytes() / 2);
   };
   GroupedMlpOptions pinned_only;
@@ -220,6 +236,13 @@ TEST(GroupedMlp, SlotOrdersAndGreenLanesKeepTokenBytes) {
     GroupedMlpOptions options;
     options.num_lanes = 3;
     options.slot_order = order;
+    options.concurrent_tails = order == SlotOrder::kMixed;
+    schedules.push_back(options);
+  }
+  for (const int num_lanes : {1, 8}) {
+    GroupedMlpOptions options;
+    options.num_lanes = num_lanes;
+    options.concurrent_tails = true;
     schedules.push_back(options);
   }
   GroupedMlpOptions green;
@@ -229,21 +252,24 @@ TEST(GroupedMlp, SlotOrdersAndGreenLanesKeepTokenBytes) {
   green.small_lane_sms = 16;
   schedules.push_back(green);
   for (const GroupedMlpOptions& options : schedules) {
-    const auto got = run_with(options);
-    ASSERT_EQ(want.size(), got.size());
-    for (int row = 0; row < total; ++row) {
-      const size_t he = shape.hidden;
-      ASSERT_EQ(0, std::memcmp(want.data() + row * he, got.data() + row * he, he * 2))
-          << "row " << row << " differs (order " << static_cast<int>(options.slot_order)
-          << ", small lanes on " << options.small_lane_sms << " SMs)";
+    for (const bool captured : {false, true}) {
+      if (captured && options.small_lane_sms > 0) continue;
+      const auto got = run_with(options, captured);
+      ASSERT_EQ(want.size(), got.size());
+      for (int row = 0; row < total; ++row) {
+        const size_t he = shape.hidden;
+        ASSERT_EQ(0, std::memcmp(want.data() + row * he, got.data() + row * he, he * 2))
+            << "row " << row << " differs (order " << static_cast<int>(options.slot_order) << ", "
+            << options.num_lanes << " lanes, small lanes on " << options.small_lane_sms
+            << " SMs, concurrent tails " << options.concurrent_tails << ", graph " << captured
+            << ")";
+      }
     }
   }
 
   GroupedMlp mlp(shape, num_slots, total, green);
   mlp.set_weights(weights, nullptr);
   DeviceBuffer y(x.bytes());
-  cudaStream_t stream = nullptr;
-  ISER_CUDA_CHECK(cudaStreamCreateWithFlags(&stream, cudaStreamNonBlocking));
   ISER_CUDA_CHECK(cudaStreamBeginCapture(stream, cudaStreamCaptureModeThreadLocal));
   EXPECT_THROW(mlp.run(x.get(), rows, y.get(), stream), Error);
   cudaGraph_t graph = nullptr;
