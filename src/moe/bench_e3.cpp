@@ -24,6 +24,7 @@
 #include <CLI/CLI.hpp>
 #include <nlohmann/json.hpp>
 
+#include "core/trace/rng.h"
 #include "cuda/moe_kernels.h"
 #include "iser/counts.h"
 #include "iser/error.h"
@@ -59,7 +60,12 @@ struct E3Options {
   // kLtPinned scheduling variants, each "lanes:chain:tails[:option...]" (see parse_variant);
   // empty: the GroupedMlpOptions defaults.
   std::vector<std::string> variants;
-  bool decompose = false;  // attribute the first variant's ON-vs-balanced gap (decompose_cell)
+  bool decompose = false;
+  // Balanced control: "exact" (every home slot tau*k/H rows, whole granules at the defaults) or
+  // "sampled" (the rank's tau*k routes each drawn uniformly over its H home slots: equal rank
+  // loads, slot sizes with the sampling noise of uniform routing).
+  std::string balanced =
+      "exact";  // attribute the first variant's ON-vs-balanced gap (decompose_cell)
   std::string json_path;
 };
 
@@ -380,7 +386,8 @@ VariantSummary time_variant(const E3Options& opt, const Topology& topo, const Gr
   const int home = topo.experts_per_rank();
   const int per_rank = topo.slots_per_rank();
   VariantSummary summary;
-  // Balanced control per token count: every expert gets tau*k/H routes (one rank suffices).
+  // Balanced control per token count (one rank suffices): every home slot gets tau*k/H routes,
+  // or (--balanced sampled) each of the tau*k routes picks a home slot uniformly.
   // NOTE: it is timed again inside every cell, round-robin with the cell's OFF and ON ranks: on
   // H200 the same balanced schedule timed at different moments ranged 8.9-11.6 ms (likely
   // clocks), so only interleaved measurements compare. The first measurement here is reported
@@ -389,11 +396,20 @@ VariantSummary time_variant(const E3Options& opt, const Topology& topo, const Gr
   for (int tokens : opt.tokens) {
     std::vector<int32_t> rows(per_rank, 0);
     const int64_t routes = int64_t{tokens} * opt.top_k;
-    for (int s = 0; s < home; ++s) {
-      rows[s] = static_cast<int32_t>(routes / home + (s < routes % home));
+    if (opt.balanced == "sampled") {
+      trace::Xoshiro256 rng(trace::mix_seed(opt.seed, static_cast<uint64_t>(tokens), 0xba1));
+      for (int64_t r = 0; r < routes; ++r) ++rows[rng.below(home)];
+    } else {
+      for (int s = 0; s < home; ++s) {
+        rows[s] = static_cast<int32_t>(routes / home + (s < routes % home));
+      }
     }
-    fmt::print("# balanced tau={}: {} routes/rank, first {:.1f} us, padding {:+.2f}%\n", tokens,
-               routes, timer.median_us(rows), padding_percent(mlp, rows));
+    const auto [min_rows, max_rows] = std::minmax_element(rows.begin(), rows.begin() + home);
+    fmt::print(
+        "# balanced ({}) tau={}: {} routes/rank, slots {}..{} rows, first {:.1f} us, padding "
+        "{:+.2f}%\n",
+        opt.balanced, tokens, routes, *min_rows, *max_rows, timer.median_us(rows),
+        padding_percent(mlp, rows));
     balanced_rows.push_back(std::move(rows));
   }
 
@@ -525,6 +541,8 @@ int run(const E3Options& opt) {
              opt.warmup);
   const int home = topo.experts_per_rank();
   const int per_rank = topo.slots_per_rank();
+  ISER_CHECK(opt.balanced == "exact" || opt.balanced == "sampled",
+             "--balanced '{}': expected exact or sampled", opt.balanced);
   ISER_CHECK(opt.gemm == "lt" || opt.gemm == "grouped", "--gemm '{}': expected lt or grouped",
              opt.gemm);
   const GemmBackend backend = opt.gemm == "lt" ? GemmBackend::kLtPinned : GemmBackend::kGrouped;
@@ -703,6 +721,9 @@ int e3_main(const std::vector<std::string>& args) {
                  "o<l|i|m|s> lane order largest first / interleaved / mixed / smallest first, "
                  "t tails beside their slot's whole granules, g CUDA-graph timing)")
       ->delimiter(',');
+  app.add_option("--balanced", opt.balanced,
+                 "balanced control: exact (tau*k/H rows per home slot) or sampled (each route "
+                 "picks a home slot uniformly)");
   app.add_flag("--decompose", opt.decompose,
                "first variant: time the slowest ON rank as is, without slots under 256 rows and "
                "rounded to 256-row granules, round-robin with balanced");

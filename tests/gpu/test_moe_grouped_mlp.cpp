@@ -208,6 +208,8 @@ TEST(GroupedMlp, SlotOrdersAndGreenLanesKeepTokenBytes) {
     mlp.set_weights(weights, nullptr);
     std::printf("[          ] %s%s\n", mlp.describe().c_str(), captured ? " (graph)" : "");
     DeviceBuffer y(x.bytes());
+    // NOTE: `stream` is non-blocking: the fills and set_weights (legacy stream) must be done.
+    ISER_CUDA_CHECK(cudaDeviceSynchronize());
     if (captured) {
       cudaGraph_t graph = nullptr;
       cudaGraphExec_t exec = nullptr;
