@@ -60,12 +60,11 @@ struct E3Options {
   // kLtPinned scheduling variants, each "lanes:chain:tails[:option...]" (see parse_variant);
   // empty: the GroupedMlpOptions defaults.
   std::vector<std::string> variants;
-  bool decompose = false;
+  bool decompose = false;  // attribute the first variant's ON-vs-balanced gap (decompose_cell)
   // Balanced control: "exact" (every home slot tau*k/H rows, whole granules at the defaults) or
   // "sampled" (the rank's tau*k routes each drawn uniformly over its H home slots: equal rank
   // loads, slot sizes with the sampling noise of uniform routing).
-  std::string balanced =
-      "exact";  // attribute the first variant's ON-vs-balanced gap (decompose_cell)
+  std::string balanced = "exact";
   std::string json_path;
 };
 
