@@ -24,6 +24,7 @@
 #include <CLI/CLI.hpp>
 #include <nlohmann/json.hpp>
 
+#include "core/trace/rng.h"
 #include "cuda/moe_kernels.h"
 #include "iser/counts.h"
 #include "iser/error.h"
@@ -56,40 +57,69 @@ struct E3Options {
   uint64_t seed = 1;
   bool graph = false;
   std::string gemm = "lt";
-  // kLtPinned scheduling variants, each "lanes:chain:tails[:p<rows>]" (tails: off or the smallest
-  // tail granule; p<rows>: priority_below_rows); empty: the GroupedMlpOptions defaults.
+  // kLtPinned scheduling variants, each "lanes:chain:tails[:option...]" (see parse_variant);
+  // empty: the GroupedMlpOptions defaults.
   std::vector<std::string> variants;
+  bool decompose = false;  // attribute the first variant's ON-vs-balanced gap (decompose_cell)
+  // Balanced control: "exact" (every home slot tau*k/H rows, whole granules at the defaults) or
+  // "sampled" (the rank's tau*k routes each drawn uniformly over its H home slots: equal rank
+  // loads, slot sizes with the sampling noise of uniform routing).
+  std::string balanced = "exact";
   std::string json_path;
 };
 
 struct Variant {
   std::string name;
   GroupedMlpOptions options;
+  bool graph = false;  // time CUDA-graph launches of the captured call
 };
 
+// "lanes:chain:tails[:option...]": lanes = num_lanes, chain 0/1 = chain_slots, tails = off or
+// min_tail_granule; options: p<rows> = priority_below_rows, s<sms> = small_lane_sms, o<l|i|m|s>
+// = slot_order (largest first, interleaved, mixed, smallest first), t = concurrent_tails,
+// g = CUDA-graph timing.
 Variant parse_variant(const std::string& spec, GemmBackend backend) {
   Variant v{spec, {}};
   v.options.backend = backend;
-  int lanes = 0, chain = 0, priority = 0;
-  char tails[16] = {};
-  const int fields =
-      std::sscanf(spec.c_str(), "%d:%d:%15[^:]:p%d", &lanes, &chain, tails, &priority);
-  ISER_CHECK((fields == 3 || (fields == 4 && priority > 0)) && (chain == 0 || chain == 1),
-             "--variants '{}': expected lanes:chain:tails[:p<rows>], e.g. 4:1:64, 4:0:off or "
-             "8:1:8:p256",
-             spec);
-  v.options.priority_below_rows = priority;
-  v.options.num_lanes = lanes;
-  v.options.chain_slots = chain == 1;
-  const std::string t(tails);
-  if (t == "off") {
-    v.options.min_tail_granule = 0;
-  } else {
+  std::vector<std::string> fields;
+  std::stringstream stream(spec);
+  for (std::string field; std::getline(stream, field, ':');) fields.push_back(field);
+  const auto number = [&](const std::string& text, const char* what) {
     char* end = nullptr;
-    const long granule = std::strtol(t.c_str(), &end, 10);
-    ISER_CHECK(end != t.c_str() && *end == '\0' && granule > 0,
-               "--variants '{}': tails must be off or a positive row granule", spec);
-    v.options.min_tail_granule = static_cast<int>(granule);
+    const long value = std::strtol(text.c_str(), &end, 10);
+    ISER_CHECK(!text.empty() && *end == '\0' && value >= 0 && value <= (1 << 20),
+               "--variants '{}': {} '{}' is not a number in [0, 2^20]", spec, what, text);
+    return static_cast<int>(value);
+  };
+  ISER_CHECK(fields.size() >= 3,
+             "--variants '{}': expected lanes:chain:tails[:option...], e.g. 4:1:64, 4:0:off, "
+             "8:1:8:p256:s16 or 8:1:8:oi:g",
+             spec);
+  v.options.num_lanes = number(fields[0], "lanes");
+  const int chain = number(fields[1], "chain");
+  ISER_CHECK(chain == 0 || chain == 1, "--variants '{}': chain must be 0 or 1", spec);
+  v.options.chain_slots = chain == 1;
+  v.options.min_tail_granule = fields[2] == "off" ? 0 : number(fields[2], "tails");
+  ISER_CHECK(fields[2] == "off" || v.options.min_tail_granule > 0,
+             "--variants '{}': tails must be off or a positive row granule", spec);
+  for (size_t i = 3; i < fields.size(); ++i) {
+    const std::string& f = fields[i];
+    const std::string rest = f.empty() ? "" : f.substr(1);
+    if (f == "g") {
+      v.graph = true;
+    } else if (f == "t") {
+      v.options.concurrent_tails = true;
+    } else if (f.starts_with('p')) {
+      v.options.priority_below_rows = number(rest, "p<rows>");
+    } else if (f.starts_with('s')) {
+      v.options.small_lane_sms = number(rest, "s<sms>");
+    } else if (f.starts_with('o') && rest.size() == 1 &&
+               std::string("lims").find(rest) != std::string::npos) {
+      v.options.slot_order = static_cast<SlotOrder>(std::string("lims").find(rest));
+    } else {
+      ISER_CHECK(false, "--variants '{}': unknown option '{}' (p<rows>, s<sms>, o<l|i|m|s>, t, g)",
+                 spec, f);
+    }
   }
   return v;
 }
@@ -254,6 +284,72 @@ double padding_percent(const GroupedMlp& mlp, std::span<const int32_t> rows_per_
   return rows > 0 && padded > 0 ? 100.0 * (static_cast<double>(padded) / (2.0 * rows) - 1) : 0.0;
 }
 
+// --decompose: the row granule of the pinned H200 kernels (tile 128 rows x cluster 2).
+constexpr int kDecomposeGranule = 256;
+
+// `rows` with every slot rounded to whole granules, the total kept (to the nearest granule): the
+// slots rounded furthest up lose a granule, or those rounded furthest down gain one, until it is.
+std::vector<int32_t> round_to_granules(std::span<const int32_t> rows, int granule) {
+  const int64_t total = std::accumulate(rows.begin(), rows.end(), int64_t{0});
+  std::vector<int64_t> out(rows.size());
+  int64_t granules = 0;
+  for (size_t i = 0; i < rows.size(); ++i) {
+    out[i] = (rows[i] + granule / 2) / granule;
+    granules += out[i];
+  }
+  const int64_t target = (total + granule / 2) / granule;
+  const auto excess = [&](size_t i) { return out[i] * granule - rows[i]; };
+  for (; granules != target; granules += granules < target ? 1 : -1) {
+    size_t pick = rows.size();
+    for (size_t i = 0; i < rows.size(); ++i) {
+      if (granules > target && out[i] == 0) continue;
+      const bool better = pick == rows.size() ||
+                          (granules > target ? excess(i) > excess(pick) : excess(i) < excess(pick));
+      if (better) pick = i;
+    }
+    out[pick] += granules < target ? 1 : -1;
+  }
+  std::vector<int32_t> rounded(rows.size());
+  for (size_t i = 0; i < rows.size(); ++i) rounded[i] = static_cast<int32_t>(out[i] * granule);
+  return rounded;
+}
+
+// --decompose: where the slowest ON rank's time over balanced goes. Timed round-robin with the
+// balanced control: (a) the rank as is, (b) without its slots under one granule (fewer rows:
+// compare with balanced scaled by the rows), (c) every slot rounded to whole granules at the same
+// total (no tail launches, no slot under half a granule).
+nlohmann::json decompose_cell(const GroupedMlp& mlp, RankTimer& timer,
+                              std::span<const int32_t> on_rows, std::span<const int32_t> balanced) {
+  std::vector<int32_t> no_small(on_rows.begin(), on_rows.end());
+  for (int32_t& rows : no_small) rows = rows < kDecomposeGranule ? 0 : rows;
+  const std::vector<int32_t> whole = round_to_granules(on_rows, kDecomposeGranule);
+  const std::vector<std::span<const int32_t>> configs = {on_rows, no_small, whole, balanced};
+  const std::vector<double> us = timer.medians_us(configs);
+  const char* names[] = {"as_is", "no_small", "whole_granules", "balanced"};
+  const auto total = [](std::span<const int32_t> rows) {
+    return std::accumulate(rows.begin(), rows.end(), int64_t{0});
+  };
+  nlohmann::json out;
+  std::string line = "#   decompose:";
+  for (size_t c = 0; c < configs.size(); ++c) {
+    const int64_t rows = total(configs[c]);
+    const int slots = static_cast<int>(
+        std::count_if(configs[c].begin(), configs[c].end(), [](int32_t r) { return r > 0; }));
+    // Balanced time per row times this config's rows: the time of the same work, balanced.
+    const double scaled_bal = us.back() * static_cast<double>(rows) / total(balanced);
+    line += fmt::format(
+        " {} {:.1f} us ({} rows, {} slots, pad {:+.1f}%, {:+.2f}% vs balanced x rows)", names[c],
+        us[c], rows, slots, padding_percent(mlp, configs[c]), 100 * (us[c] / scaled_bal - 1));
+    out[names[c]] = {{"us", us[c]},
+                     {"rows", rows},
+                     {"slots", slots},
+                     {"vs_scaled_balanced_percent", 100 * (us[c] / scaled_bal - 1)}};
+  }
+  fmt::print("{}\n", line);
+  std::fflush(stdout);
+  return out;
+}
+
 struct Fit {
   double slope = 0, intercept = 0, pearson = 0;
 };
@@ -285,11 +381,12 @@ struct VariantSummary {
 };
 
 VariantSummary time_variant(const E3Options& opt, const Topology& topo, const GroupedMlp& mlp,
-                            RankTimer& timer, std::vector<Cell>& cells) {
+                            RankTimer& timer, std::vector<Cell>& cells, bool decompose) {
   const int home = topo.experts_per_rank();
   const int per_rank = topo.slots_per_rank();
   VariantSummary summary;
-  // Balanced control per token count: every expert gets tau*k/H routes (one rank suffices).
+  // Balanced control per token count (one rank suffices): every home slot gets tau*k/H routes,
+  // or (--balanced sampled) each of the tau*k routes picks a home slot uniformly.
   // NOTE: it is timed again inside every cell, round-robin with the cell's OFF and ON ranks: on
   // H200 the same balanced schedule timed at different moments ranged 8.9-11.6 ms (likely
   // clocks), so only interleaved measurements compare. The first measurement here is reported
@@ -298,11 +395,20 @@ VariantSummary time_variant(const E3Options& opt, const Topology& topo, const Gr
   for (int tokens : opt.tokens) {
     std::vector<int32_t> rows(per_rank, 0);
     const int64_t routes = int64_t{tokens} * opt.top_k;
-    for (int s = 0; s < home; ++s) {
-      rows[s] = static_cast<int32_t>(routes / home + (s < routes % home));
+    if (opt.balanced == "sampled") {
+      trace::Xoshiro256 rng(trace::mix_seed(opt.seed, static_cast<uint64_t>(tokens), 0xba1));
+      for (int64_t r = 0; r < routes; ++r) ++rows[rng.below(home)];
+    } else {
+      for (int s = 0; s < home; ++s) {
+        rows[s] = static_cast<int32_t>(routes / home + (s < routes % home));
+      }
     }
-    fmt::print("# balanced tau={}: {} routes/rank, first {:.1f} us, padding {:+.2f}%\n", tokens,
-               routes, timer.median_us(rows), padding_percent(mlp, rows));
+    const auto [min_rows, max_rows] = std::minmax_element(rows.begin(), rows.begin() + home);
+    fmt::print(
+        "# balanced ({}) tau={}: {} routes/rank, slots {}..{} rows, first {:.1f} us, padding "
+        "{:+.2f}%\n",
+        opt.balanced, tokens, routes, *min_rows, *max_rows, timer.median_us(rows),
+        padding_percent(mlp, rows));
     balanced_rows.push_back(std::move(rows));
   }
 
@@ -367,6 +473,9 @@ VariantSummary time_variant(const E3Options& opt, const Topology& topo, const Gr
                           {"on_max_slot_rows", max_slot_rows},
                           {"slowest_rank_off", cell.t_off.rank},
                           {"slowest_rank_on", cell.t_on.rank}});
+    if (decompose) {
+      json_cells.back()["decompose"] = decompose_cell(mlp, timer, on_rows, balanced_rows[tau_idx]);
+    }
   }
 
   // Means per (routing, tau) and the OFF-time fit in R (trace layers).
@@ -431,6 +540,8 @@ int run(const E3Options& opt) {
              opt.warmup);
   const int home = topo.experts_per_rank();
   const int per_rank = topo.slots_per_rank();
+  ISER_CHECK(opt.balanced == "exact" || opt.balanced == "sampled",
+             "--balanced '{}': expected exact or sampled", opt.balanced);
   ISER_CHECK(opt.gemm == "lt" || opt.gemm == "grouped", "--gemm '{}': expected lt or grouped",
              opt.gemm);
   const GemmBackend backend = opt.gemm == "lt" ? GemmBackend::kLtPinned : GemmBackend::kGrouped;
@@ -518,17 +629,27 @@ int run(const E3Options& opt) {
   nlohmann::json json_variants = nlohmann::json::array();
   std::vector<VariantSummary> summaries;
   for (const Variant& variant : variants) {
-    GroupedMlp mlp(opt.shape, per_rank, max_rows, variant.options);
-    mlp.set_weights(weights, nullptr);
-    ISER_CUDA_CHECK(cudaDeviceSynchronize());
-    fmt::print("# variant {}: {}\n", variant.name, mlp.describe());
-    RankTimer timer(mlp, x.get(), y.get(), opt.warmup, opt.iters, opt.graph);
-    std::vector<Cell> timed = cells;
-    summaries.push_back(time_variant(opt, topo, mlp, timer, timed));
-    summaries.back().name = variant.name;
-    json_variants.push_back(summaries.back().json);
-    json_variants.back()["variant"] = variant.name;
-    json_variants.back()["gemm"] = mlp.describe();
+    // A variant the device refuses (e.g. no green contexts) is reported and skipped.
+    try {
+      GroupedMlp mlp(opt.shape, per_rank, max_rows, variant.options);
+      mlp.set_weights(weights, nullptr);
+      ISER_CUDA_CHECK(cudaDeviceSynchronize());
+      const bool graph = opt.graph || variant.graph;
+      fmt::print("# variant {}: {}{}\n", variant.name, mlp.describe(),
+                 graph ? " | CUDA graph" : "");
+      RankTimer timer(mlp, x.get(), y.get(), opt.warmup, opt.iters, graph);
+      std::vector<Cell> timed = cells;
+      const bool decompose = opt.decompose && summaries.empty();
+      summaries.push_back(time_variant(opt, topo, mlp, timer, timed, decompose));
+      summaries.back().name = variant.name;
+      json_variants.push_back(summaries.back().json);
+      json_variants.back()["variant"] = variant.name;
+      json_variants.back()["gemm"] = mlp.describe();
+      json_variants.back()["graph"] = graph;
+    } catch (const Error& e) {
+      fmt::print("# variant {} failed: {}\n", variant.name, e.what());
+      ISER_CUDA_CHECK(cudaDeviceSynchronize());
+    }
   }
 
   // 6. Across variants: the fair baseline is the fastest balanced time of any variant.
@@ -591,12 +712,20 @@ int e3_main(const std::vector<std::string>& args) {
   app.add_option("--seed", opt.seed, "power-law / weight seed");
   app.add_flag("-G,--graph", opt.graph, "time CUDA-graph launches of the captured call");
   app.add_option("--gemm", opt.gemm, "lt (cublasLt, pinned algorithm) or grouped (cuBLAS grouped)");
-  app.add_option(
-         "--variants", opt.variants,
-         "lt scheduling variants to time in turn, comma list of lanes:chain:tails[:p<rows>] "
-         "(e.g. 4:0:off,4:1:64,8:1:8:p256; tails: off or the smallest tail granule; "
-         "p<rows>: slots under <rows> on high-priority lanes)")
+  app.add_option("--variants", opt.variants,
+                 "lt scheduling variants to time in turn, comma list of "
+                 "lanes:chain:tails[:option...] (e.g. 4:0:off,4:1:64,8:1:8:p256:s16,8:1:8:oi:g; "
+                 "tails: off or the smallest tail granule; options: p<rows> slots under <rows> on "
+                 "high-priority lanes, s<sms> those lanes in a green context of <sms> SMs, "
+                 "o<l|i|m|s> lane order largest first / interleaved / mixed / smallest first, "
+                 "t tails beside their slot's whole granules, g CUDA-graph timing)")
       ->delimiter(',');
+  app.add_option("--balanced", opt.balanced,
+                 "balanced control: exact (tau*k/H rows per home slot) or sampled (each route "
+                 "picks a home slot uniformly)");
+  app.add_flag("--decompose", opt.decompose,
+               "first variant: time the slowest ON rank as is, without slots under 256 rows and "
+               "rounded to 256-row granules, round-robin with balanced");
   app.add_option("-J,--json", opt.json_path, "write results as JSON");
   try {
     std::vector<std::string> reversed(args.rbegin(), args.rend());

@@ -184,6 +184,102 @@ TEST(GroupedMlp, TailAlgorithmsAndChainedLanesKeepTokenBytes) {
   }
 }
 
+// Lane orders, green-context lanes and concurrent tails change only which stream runs a piece and
+// when: on a skewed rank (empty, tiny, tail-only and multi-granule slots, as on E3's slowest ON
+// rank) every token gets the bytes of the pinned-only two-pass schedule, eager and captured. A
+// green-context lane refuses capture.
+TEST(GroupedMlp, SlotOrdersAndGreenLanesKeepTokenBytes) {
+  SKIP_WITHOUT_GPU();
+  const ExpertShape shape;  // DeepSeek-V4-Pro: 256-row pinned granules, tails down to 8 rows
+  const std::vector<int32_t> rows = {0, 3, 700, 45, 1300, 0, 129, 256, 2100, 17, 513, 90};
+  const int num_slots = static_cast<int>(rows.size());
+  int total = 0;
+  for (const int32_t r : rows) total += r;
+  ExpertBank bank(shape, num_slots);
+  bank.fill_random(31, 1.0f / 84.0f, nullptr);
+  std::vector<SlotWeights> weights;
+  for (int s = 0; s < num_slots; ++s) weights.push_back(bank.slot(s));
+  DeviceBuffer x(static_cast<size_t>(total) * shape.hidden * 2);
+  cuda::launch_fill_uniform({x.get<uint16_t>(), int64_t{total} * shape.hidden, 23, 1.0f}, nullptr);
+  cudaStream_t stream = nullptr;
+  ISER_CUDA_CHECK(cudaStreamCreateWithFlags(&stream, cudaStreamNonBlocking));
+  const auto run_with = [&](const GroupedMlpOptions& options, bool captured = false) {
+    GroupedMlp mlp(shape, num_slots, total, options);
+    mlp.set_weights(weights, nullptr);
+    std::printf("[          ] %s%s\n", mlp.describe().c_str(), captured ? " (graph)" : "");
+    DeviceBuffer y(x.bytes());
+    // NOTE: `stream` is non-blocking: the fills and set_weights (legacy stream) must be done.
+    ISER_CUDA_CHECK(cudaDeviceSynchronize());
+    if (captured) {
+      cudaGraph_t graph = nullptr;
+      cudaGraphExec_t exec = nullptr;
+      ISER_CUDA_CHECK(cudaStreamBeginCapture(stream, cudaStreamCaptureModeThreadLocal));
+      mlp.run(x.get(), rows, y.get(), stream);
+      ISER_CUDA_CHECK(cudaStreamEndCapture(stream, &graph));
+      ISER_CUDA_CHECK(cudaGraphInstantiate(&exec, graph, 0));
+      ISER_CUDA_CHECK(cudaGraphLaunch(exec, stream));
+      ISER_CUDA_CHECK(cudaStreamSynchronize(stream));
+      cudaGraphExecDestroy(exec);
+      cudaGraphDestroy(graph);
+    } else {
+      mlp.run(x.get(), rows, y.get(), stream);
+      ISER_CUDA_CHECK(cudaStreamSynchronize(stream));
+    }
+    return download(y.get(), x.bytes() / 2);
+  };
+  GroupedMlpOptions pinned_only;
+  pinned_only.chain_slots = false;
+  pinned_only.min_tail_granule = 0;
+  const auto want = run_with(pinned_only);
+
+  std::vector<GroupedMlpOptions> schedules;
+  for (const SlotOrder order : {SlotOrder::kLargestFirst, SlotOrder::kInterleaved,
+                                SlotOrder::kMixed, SlotOrder::kSmallestFirst}) {
+    GroupedMlpOptions options;
+    options.num_lanes = 3;
+    options.slot_order = order;
+    options.concurrent_tails = order == SlotOrder::kMixed;
+    schedules.push_back(options);
+  }
+  for (const int num_lanes : {1, 8}) {
+    GroupedMlpOptions options;
+    options.num_lanes = num_lanes;
+    options.concurrent_tails = true;
+    schedules.push_back(options);
+  }
+  GroupedMlpOptions green;
+  green.num_lanes = 16;
+  green.slot_order = SlotOrder::kInterleaved;
+  green.priority_below_rows = 256;
+  green.small_lane_sms = 16;
+  schedules.push_back(green);
+  for (const GroupedMlpOptions& options : schedules) {
+    for (const bool captured : {false, true}) {
+      if (captured && options.small_lane_sms > 0) continue;
+      const auto got = run_with(options, captured);
+      ASSERT_EQ(want.size(), got.size());
+      for (int row = 0; row < total; ++row) {
+        const size_t he = shape.hidden;
+        ASSERT_EQ(0, std::memcmp(want.data() + row * he, got.data() + row * he, he * 2))
+            << "row " << row << " differs (order " << static_cast<int>(options.slot_order) << ", "
+            << options.num_lanes << " lanes, small lanes on " << options.small_lane_sms
+            << " SMs, concurrent tails " << options.concurrent_tails << ", graph " << captured
+            << ")";
+      }
+    }
+  }
+
+  GroupedMlp mlp(shape, num_slots, total, green);
+  mlp.set_weights(weights, nullptr);
+  DeviceBuffer y(x.bytes());
+  ISER_CUDA_CHECK(cudaStreamBeginCapture(stream, cudaStreamCaptureModeThreadLocal));
+  EXPECT_THROW(mlp.run(x.get(), rows, y.get(), stream), Error);
+  cudaGraph_t graph = nullptr;
+  ISER_CUDA_CHECK(cudaStreamEndCapture(stream, &graph));
+  if (graph != nullptr) cudaGraphDestroy(graph);
+  cudaStreamDestroy(stream);
+}
+
 TEST(GroupedMlp, RejectsBadInput) {
   SKIP_WITHOUT_GPU();
   const ExpertShape shape{64, 32};
@@ -199,6 +295,12 @@ TEST(GroupedMlp, RejectsBadInput) {
   GroupedMlpOptions negative;
   negative.priority_below_rows = -1;
   EXPECT_THROW(GroupedMlp(shape, 2, 8, negative), Error);
+  GroupedMlpOptions green_without_priority;
+  green_without_priority.small_lane_sms = 16;
+  EXPECT_THROW(GroupedMlp(shape, 2, 8, green_without_priority), Error);
+  GroupedMlpOptions bad_order;
+  bad_order.slot_order = static_cast<SlotOrder>(7);
+  EXPECT_THROW(GroupedMlp(shape, 2, 8, bad_order), Error);
 }
 
 }  // namespace
