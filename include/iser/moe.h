@@ -89,18 +89,6 @@ enum class GemmBackend : uint8_t {
   kGrouped = 1,
 };
 
-// Order in which a lane runs the slots dealt to it (chained slots; the deal is always largest
-// slot first to the least-loaded lane). A small slot streams its whole weight bundle for little
-// math (memory-bound) while a large one is compute-bound: the orders other than the first mix the
-// two kinds in time instead of leaving every lane's small slots to the end. On H200 (E3) none
-// moved ON beyond the run-to-run spread (docs/benchmarks.md, "E3 schedules").
-enum class SlotOrder : uint8_t {
-  kLargestFirst = 0,   // descending rows (the deal order)
-  kInterleaved = 1,    // largest, smallest, second largest, second smallest, ...
-  kMixed = 2,          // even lanes descending, odd lanes ascending
-  kSmallestFirst = 3,  // ascending rows
-};
-
 // Scheduling of the kLtPinned backend (ignored by kGrouped). None of these changes a token's
 // output bytes: every row is computed by the pinned algorithm or by a tail algorithm verified
 // on the device to give the pinned algorithm's bytes (src/moe/lt_gemm.h). The defaults are the
@@ -123,19 +111,6 @@ struct GroupedMlpOptions {
   // them. 0: off (every slot on the ordinary lanes). The outputs do not change (each slot keeps
   // its algorithms; only the stream it runs on differs).
   int priority_below_rows = 0;
-  // Chained slots only: the order of each ordinary lane's slots (see SlotOrder).
-  SlotOrder slot_order = SlotOrder::kLargestFirst;
-  // With priority_below_rows > 0: > 0 creates the priority lanes in a CUDA green context of this
-  // many SMs (the driver rounds up to its partition granule, 8 on H200), so the small slots never
-  // hold more SMs than that while the ordinary lanes keep all of them. 0: ordinary streams.
-  // Not capturable in a CUDA graph (run() refuses a capturing stream). On H200 (E3) 16 or 32 SMs
-  // made ON 24-50% slower: the small slots became the critical path.
-  int small_lane_sms = 0;
-  // Chained slots only: a slot's tail piece (its last partial granule, see min_tail_granule) runs
-  // on a second stream of its lane, beside its whole granules instead of after them, so that the
-  // two launches read the slot's weights at about the same time. Same pieces, same bytes. On
-  // H200 (E3): no gain (1-3% slower at tau 8192, 0.4% faster at 16384).
-  bool concurrent_tails = false;
   // The row count the pinned algorithms are chosen for (cublasLt's heuristic); 0: min(max_rows,
   // 1024). Two GroupedMlp of one shape give a token the same bytes when they pin the same
   // algorithms: the EP graph mode sets EpMoeLayer's value so that its output equals the eager

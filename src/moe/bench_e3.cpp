@@ -75,9 +75,7 @@ struct Variant {
 };
 
 // "lanes:chain:tails[:option...]": lanes = num_lanes, chain 0/1 = chain_slots, tails = off or
-// min_tail_granule; options: p<rows> = priority_below_rows, s<sms> = small_lane_sms, o<l|i|m|s>
-// = slot_order (largest first, interleaved, mixed, smallest first), t = concurrent_tails,
-// g = CUDA-graph timing.
+// min_tail_granule; options: p<rows> = priority_below_rows, g = CUDA-graph timing.
 Variant parse_variant(const std::string& spec, GemmBackend backend) {
   Variant v{spec, {}};
   v.options.backend = backend;
@@ -93,7 +91,7 @@ Variant parse_variant(const std::string& spec, GemmBackend backend) {
   };
   ISER_CHECK(fields.size() >= 3,
              "--variants '{}': expected lanes:chain:tails[:option...], e.g. 4:1:64, 4:0:off, "
-             "8:1:8:p256:s16 or 8:1:8:oi:g",
+             "8:1:8:p256 or 8:1:8:g",
              spec);
   v.options.num_lanes = number(fields[0], "lanes");
   const int chain = number(fields[1], "chain");
@@ -107,18 +105,10 @@ Variant parse_variant(const std::string& spec, GemmBackend backend) {
     const std::string rest = f.empty() ? "" : f.substr(1);
     if (f == "g") {
       v.graph = true;
-    } else if (f == "t") {
-      v.options.concurrent_tails = true;
     } else if (f.starts_with('p')) {
       v.options.priority_below_rows = number(rest, "p<rows>");
-    } else if (f.starts_with('s')) {
-      v.options.small_lane_sms = number(rest, "s<sms>");
-    } else if (f.starts_with('o') && rest.size() == 1 &&
-               std::string("lims").find(rest) != std::string::npos) {
-      v.options.slot_order = static_cast<SlotOrder>(std::string("lims").find(rest));
     } else {
-      ISER_CHECK(false, "--variants '{}': unknown option '{}' (p<rows>, s<sms>, o<l|i|m|s>, t, g)",
-                 spec, f);
+      ISER_CHECK(false, "--variants '{}': unknown option '{}' (p<rows>, g)", spec, f);
     }
   }
   return v;
@@ -629,7 +619,7 @@ int run(const E3Options& opt) {
   nlohmann::json json_variants = nlohmann::json::array();
   std::vector<VariantSummary> summaries;
   for (const Variant& variant : variants) {
-    // A variant the device refuses (e.g. no green contexts) is reported and skipped.
+    // A variant the device refuses is reported and skipped.
     try {
       GroupedMlp mlp(opt.shape, per_rank, max_rows, variant.options);
       mlp.set_weights(weights, nullptr);
@@ -714,11 +704,9 @@ int e3_main(const std::vector<std::string>& args) {
   app.add_option("--gemm", opt.gemm, "lt (cublasLt, pinned algorithm) or grouped (cuBLAS grouped)");
   app.add_option("--variants", opt.variants,
                  "lt scheduling variants to time in turn, comma list of "
-                 "lanes:chain:tails[:option...] (e.g. 4:0:off,4:1:64,8:1:8:p256:s16,8:1:8:oi:g; "
+                 "lanes:chain:tails[:option...] (e.g. 4:0:off,4:1:64,8:1:8:p256,8:1:8:g; "
                  "tails: off or the smallest tail granule; options: p<rows> slots under <rows> on "
-                 "high-priority lanes, s<sms> those lanes in a green context of <sms> SMs, "
-                 "o<l|i|m|s> lane order largest first / interleaved / mixed / smallest first, "
-                 "t tails beside their slot's whole granules, g CUDA-graph timing)")
+                 "high-priority lanes, g CUDA-graph timing)")
       ->delimiter(',');
   app.add_option("--balanced", opt.balanced,
                  "balanced control: exact (tau*k/H rows per home slot) or sampled (each route "

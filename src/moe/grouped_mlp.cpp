@@ -8,7 +8,6 @@
 //   y^T  [He, m]  = (W2  [He, I])^T-view   ·  act^T [I, m]  ->  gemm(T, N, He, m, I)
 // with lda = K (weights are row-major [N, K]), ldb = K, ldc = N.
 #include <cublas_v2.h>
-#include <cuda.h>
 #include <cuda_runtime.h>
 
 #include <algorithm>
@@ -115,46 +114,6 @@ constexpr size_t kCublasWorkspaceBytes = size_t{32} << 20;
 constexpr int kMaxGroups = cuda::GroupPointersConfig::kMaxGroups;
 constexpr int kMaxLanes = 16;
 constexpr int kPriorityLanes = 2;
-
-// A green context of at least `num_sms` SMs of the current device (GroupedMlpOptions::
-// small_lane_sms). The caller's context stays current.
-CUgreenCtx make_green_context(int num_sms) {
-  ISER_CUDA_CHECK(cudaFree(nullptr));  // the primary context exists before the green one
-  int device_idx = 0;
-  ISER_CUDA_CHECK(cudaGetDevice(&device_idx));
-  CUdevice device = 0;
-  ISER_CU_CHECK(cuDeviceGet(&device, device_idx));
-  CUdevResource all{};
-  ISER_CU_CHECK(cuDeviceGetDevResource(device, &all, CU_DEV_RESOURCE_TYPE_SM));
-  ISER_CHECK(static_cast<unsigned>(num_sms) < all.sm.smCount,
-             "grouped mlp: small_lane_sms = {} must be below the device's {} SMs", num_sms,
-             all.sm.smCount);
-  CUdevResource part{};
-  unsigned num_groups = 1;
-  ISER_CU_CHECK(cuDevSmResourceSplitByCount(&part, &num_groups, &all, nullptr, 0,
-                                            static_cast<unsigned>(num_sms)));
-  ISER_CHECK(num_groups == 1, "grouped mlp: no partition of {} SMs on this device", num_sms);
-  CUdevResourceDesc desc = nullptr;
-  ISER_CU_CHECK(cuDevResourceGenerateDesc(&desc, &part, 1));
-  CUgreenCtx green = nullptr;
-  ISER_CU_CHECK(cuGreenCtxCreate(&green, desc, device, CU_GREEN_CTX_DEFAULT_STREAM));
-  return green;
-}
-
-// Reorders one lane's slots, dealt in descending rows, by `order` (lane_idx: kMixed's parity).
-void order_lane(std::vector<int>& groups, SlotOrder order, int lane_idx) {
-  const bool ascending =
-      order == SlotOrder::kSmallestFirst || (order == SlotOrder::kMixed && lane_idx % 2 == 1);
-  if (ascending) std::reverse(groups.begin(), groups.end());
-  if (order != SlotOrder::kInterleaved) return;
-  std::vector<int> mixed;
-  mixed.reserve(groups.size());
-  for (size_t lo = 0, hi = groups.size(); lo < hi;) {
-    mixed.push_back(groups[lo++]);
-    if (lo < hi) mixed.push_back(groups[--hi]);
-  }
-  groups = std::move(mixed);
-}
 }  // namespace
 
 struct GroupedMlp::Impl {
@@ -174,15 +133,9 @@ struct GroupedMlp::Impl {
     cudaEvent_t done = nullptr;
     DeviceBuffer workspace;
     cudaStream_t body = nullptr;  // run_switched: captures the lane's switch bodies (lazily made)
-    bool green = false;           // stream and event belong to `green_context`
-    // concurrent_tails (ordinary lanes): the stream, workspace and fork/join events of the tails.
-    cudaStream_t tail_stream = nullptr;
-    DeviceBuffer tail_workspace;
-    cudaEvent_t tail_fork = nullptr, tail_join = nullptr;
   };
   std::vector<Lane> lanes;  // ordinary lanes, then kPriorityLanes when priority_below_rows > 0
   int num_ordinary_lanes = 0;
-  CUgreenCtx green_context = nullptr;  // small_lane_sms > 0: the priority lanes' SMs
   cudaEvent_t fork_event = nullptr;
   DeviceBuffer h13;       // [max_rows, 2I]
   DeviceBuffer act;       // [max_rows, I]
@@ -198,14 +151,9 @@ struct GroupedMlp::Impl {
   ~Impl() {
     for (Lane& lane : lanes) {
       if (lane.done != nullptr) cudaEventDestroy(lane.done);
-      if (lane.stream != nullptr && lane.green) cuStreamDestroy(lane.stream);
-      if (lane.stream != nullptr && !lane.green) cudaStreamDestroy(lane.stream);
+      if (lane.stream != nullptr) cudaStreamDestroy(lane.stream);
       if (lane.body != nullptr) cudaStreamDestroy(lane.body);
-      if (lane.tail_stream != nullptr) cudaStreamDestroy(lane.tail_stream);
-      if (lane.tail_fork != nullptr) cudaEventDestroy(lane.tail_fork);
-      if (lane.tail_join != nullptr) cudaEventDestroy(lane.tail_join);
     }
-    if (green_context != nullptr) cuGreenCtxDestroy(green_context);  // after its streams
     if (fork_event != nullptr) cudaEventDestroy(fork_event);
     gemm1.reset();
     gemm2.reset();
@@ -217,9 +165,9 @@ struct GroupedMlp::Impl {
   void run_lt(const cuda::GroupPointersParams& params, int64_t total_rows, Stream stream);
   void run_lt_chained(const cuda::GroupPointersParams& params, Stream stream);
   // One slot's chain (GEMM 1 -> SiLU-multiply -> GEMM 2) over `rows` rows starting at row `row`
-  // of x / y and of the scratch buffers; the tail pieces on `lane`'s tail stream when it has one.
+  // of x / y and of the scratch buffers.
   void run_slot_chain(int slot, const uint16_t* x, uint16_t* y, int64_t row, int64_t rows,
-                      DeviceBuffer& ws, Stream stream, Lane* lane = nullptr);
+                      DeviceBuffer& ws, Stream stream);
   // Adds a switch node on `handle` with `num_bodies` bodies after the capture dependencies of
   // `stream`, which then depends on it; returns the bodies.
   static const cudaGraph_t* add_switch(Stream stream, uint64_t handle, int num_bodies);
@@ -246,13 +194,6 @@ GroupedMlp::GroupedMlp(ExpertShape shape, int num_slots, int64_t max_rows,
              options.min_tail_granule);
   ISER_CHECK(options.priority_below_rows >= 0, "grouped mlp: priority_below_rows = {} is negative",
              options.priority_below_rows);
-  ISER_CHECK(static_cast<int>(options.slot_order) <= static_cast<int>(SlotOrder::kSmallestFirst),
-             "grouped mlp: slot_order = {} is not a SlotOrder",
-             static_cast<int>(options.slot_order));
-  ISER_CHECK(options.small_lane_sms >= 0 &&
-                 (options.small_lane_sms == 0 || options.priority_below_rows > 0),
-             "grouped mlp: small_lane_sms = {} needs priority_below_rows > 0 (and is >= 0)",
-             options.small_lane_sms);
   ISER_CHECK(options.reference_rows >= 0 && options.reference_rows <= max_rows,
              "grouped mlp: reference_rows = {} outside [0, max_rows = {}]", options.reference_rows,
              max_rows);
@@ -280,39 +221,13 @@ GroupedMlp::GroupedMlp(ExpertShape shape, int num_slots, int64_t max_rows,
     s.lanes.resize(s.num_ordinary_lanes + (priority ? kPriorityLanes : 0));
     int least_priority = 0, greatest_priority = 0;
     ISER_CUDA_CHECK(cudaDeviceGetStreamPriorityRange(&least_priority, &greatest_priority));
-    if (priority && options.small_lane_sms > 0) {
-      s.green_context = make_green_context(options.small_lane_sms);
-    }
     for (size_t l = 0; l < s.lanes.size(); ++l) {
       Impl::Lane& lane = s.lanes[l];
       const bool high = static_cast<int>(l) >= s.num_ordinary_lanes;
-      lane.workspace = DeviceBuffer(kCublasWorkspaceBytes);
-      if (high && s.green_context != nullptr) {
-        // NOTE: the lane's event is made in the green context too: an event is recorded on
-        // streams of its own context; other streams may wait on it from any context.
-        CUstream stream = nullptr;
-        ISER_CU_CHECK(cuGreenCtxStreamCreate(&stream, s.green_context, CU_STREAM_NON_BLOCKING,
-                                             greatest_priority));
-        lane.stream = stream;
-        lane.green = true;
-        CUcontext context = nullptr;
-        ISER_CU_CHECK(cuCtxFromGreenCtx(&context, s.green_context));
-        ISER_CU_CHECK(cuCtxPushCurrent(context));
-        const cudaError_t made = cudaEventCreateWithFlags(&lane.done, cudaEventDisableTiming);
-        ISER_CU_CHECK(cuCtxPopCurrent(&context));
-        ISER_CUDA_CHECK(made);
-        continue;
-      }
       ISER_CUDA_CHECK(cudaStreamCreateWithPriority(&lane.stream, cudaStreamNonBlocking,
                                                    high ? greatest_priority : least_priority));
       ISER_CUDA_CHECK(cudaEventCreateWithFlags(&lane.done, cudaEventDisableTiming));
-      if (options.chain_slots && options.concurrent_tails && !high) {
-        ISER_CUDA_CHECK(
-            cudaStreamCreateWithPriority(&lane.tail_stream, cudaStreamNonBlocking, least_priority));
-        ISER_CUDA_CHECK(cudaEventCreateWithFlags(&lane.tail_fork, cudaEventDisableTiming));
-        ISER_CUDA_CHECK(cudaEventCreateWithFlags(&lane.tail_join, cudaEventDisableTiming));
-        lane.tail_workspace = DeviceBuffer(kCublasWorkspaceBytes);
-      }
+      lane.workspace = DeviceBuffer(kCublasWorkspaceBytes);
     }
   } else {
     ISER_CUBLAS_CHECK(cublasCreate(&s.handle));
@@ -355,21 +270,13 @@ const GroupedMlpOptions& GroupedMlp::options() const {
 std::string GroupedMlp::describe() const {
   const Impl& s = *impl_;
   if (s.options.backend == GemmBackend::kGrouped) return "cublasGemmGroupedBatchedEx";
-  static constexpr const char* kOrders[] = {"largest first", "interleaved", "mixed",
-                                            "smallest first"};
   return fmt::format(
       "cublasLt pinned, {} lanes{}, {}, tails {}: gemm1 {}; gemm2 {}", s.num_ordinary_lanes,
       s.lanes.size() > static_cast<size_t>(s.num_ordinary_lanes)
-          ? fmt::format(" + {} priority lanes{} for slots under {} rows", kPriorityLanes,
-                        s.green_context != nullptr
-                            ? fmt::format(" on {} SMs", s.options.small_lane_sms)
-                            : "",
+          ? fmt::format(" + {} priority lanes for slots under {} rows", kPriorityLanes,
                         s.options.priority_below_rows)
           : "",
-      s.options.chain_slots
-          ? fmt::format("slots chained, {}{}", kOrders[static_cast<int>(s.options.slot_order)],
-                        s.options.concurrent_tails ? ", concurrent tails" : "")
-          : "two passes",
+      s.options.chain_slots ? "slots chained" : "two passes",
       s.options.min_tail_granule > 0 ? fmt::format(">= {} rows", s.options.min_tail_granule)
                                      : "off",
       s.gemm1->description(), s.gemm2->description());
@@ -427,13 +334,6 @@ void GroupedMlp::run(const void* x, std::span<const int32_t> rows_per_slot, void
                s.max_rows);
   }
   if (params.num_groups == 0) return;
-  if (s.green_context != nullptr) {
-    cudaStreamCaptureStatus capture = cudaStreamCaptureStatusNone;
-    ISER_CUDA_CHECK(cudaStreamIsCapturing(stream, &capture));
-    ISER_CHECK(capture == cudaStreamCaptureStatusNone,
-               "grouped mlp: small_lane_sms = {} (green-context lanes) cannot be captured",
-               s.options.small_lane_sms);
-  }
   if (s.options.backend == GemmBackend::kLtPinned && s.options.chain_slots) {
     s.run_lt_chained(params, stream);
   } else if (s.options.backend == GemmBackend::kLtPinned) {
@@ -490,11 +390,10 @@ void GroupedMlp::Impl::run_lt_chained(const cuda::GroupPointersParams& params, S
   const auto* x = static_cast<const uint16_t*>(params.x);
   const int num_ordinary = std::min(num_ordinary_lanes, params.num_groups);
   const int num_priority = static_cast<int>(lanes.size()) - num_ordinary_lanes;
-  // Largest slot first to the least-loaded lane (ties: lower index), so the lanes end together,
-  // then each ordinary lane's slots in options.slot_order; small slots (priority_below_rows)
-  // smallest first over the priority lanes, which follow the ordinary ones in `lanes`.
-  // fork_join uses lanes [0, num_used): with priority lanes every ordinary lane is forked too
-  // (an idle one just joins).
+  // Largest slot first to the least-loaded lane (ties: lower index), so the lanes end together;
+  // small slots (priority_below_rows) smallest first over the priority lanes, which follow the
+  // ordinary ones in `lanes`. fork_join uses lanes [0, num_used): with priority lanes every
+  // ordinary lane is forked too (an idle one just joins).
   std::vector<int> order(params.num_groups);
   for (int g = 0; g < params.num_groups; ++g) order[g] = g;
   std::stable_sort(order.begin(), order.end(),
@@ -514,35 +413,23 @@ void GroupedMlp::Impl::run_lt_chained(const cuda::GroupPointersParams& params, S
   for (int g : order) {
     if (num_priority == 0 || n[g] >= options.priority_below_rows) deal(g, 0, num_ordinary);
   }
-  for (int l = 0; l < num_ordinary; ++l) order_lane(lane_groups[l], options.slot_order, l);
   fork_join(num_used, stream, [&](int lane, cudaStream_t on, DeviceBuffer& ws) {
-    Lane* forked = lanes[lane].tail_stream != nullptr ? &lanes[lane] : nullptr;
     for (int g : lane_groups[lane]) {
-      run_slot_chain(params.slot[g], x, params.y, params.row_begin[g], n[g], ws, on, forked);
+      run_slot_chain(params.slot[g], x, params.y, params.row_begin[g], n[g], ws, on);
     }
   });
 }
 
 void GroupedMlp::Impl::run_slot_chain(int slot, const uint16_t* x, uint16_t* y, int64_t row,
-                                      int64_t rows, DeviceBuffer& ws, Stream stream, Lane* lane) {
+                                      int64_t rows, DeviceBuffer& ws, Stream stream) {
   const int64_t he = shape.hidden;
   const int64_t inter = shape.intermediate;
   uint16_t* h = h13.get<uint16_t>() + row * 2 * inter;
   uint16_t* a = act.get<uint16_t>() + row * inter;
   const SlotWeights& w = host_table[slot];
-  const auto gemm = [&](PinnedLtGemm& g, const void* weights, const void* in, void* out) {
-    if (lane == nullptr) {
-      g.run(weights, in, out, rows, ws.get(), ws.bytes(), stream);
-      return;
-    }
-    // NOTE: the lane's fork/join events are re-recorded per GEMM; each wait binds to the record
-    // before it, so reusing them is ordered.
-    g.run_forked(weights, in, out, rows, ws.get(), ws.bytes(), stream, lane->tail_workspace.get(),
-                 lane->tail_stream, lane->tail_fork, lane->tail_join);
-  };
-  gemm(*gemm1, w.w13, x + row * he, h);
+  gemm1->run(w.w13, x + row * he, h, rows, ws.get(), ws.bytes(), stream);
   cuda::launch_silu_mul({h, a, rows, shape.intermediate}, stream);
-  gemm(*gemm2, w.w2, a, y + row * he);
+  gemm2->run(w.w2, a, y + row * he, rows, ws.get(), ws.bytes(), stream);
 }
 
 const cudaGraph_t* GroupedMlp::Impl::add_switch(Stream stream, uint64_t handle, int num_bodies) {

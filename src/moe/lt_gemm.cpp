@@ -345,31 +345,6 @@ void PinnedLtGemm::run(const void* a, const void* b, void* d, int64_t n, void* w
   });
 }
 
-void PinnedLtGemm::run_forked(const void* a, const void* b, void* d, int64_t n, void* workspace,
-                              size_t workspace_bytes, cudaStream_t stream, void* tail_workspace,
-                              cudaStream_t tail_stream, cudaEvent_t fork, cudaEvent_t join) {
-  LtPiece pieces[2];
-  const int count = split_rows(n, pinned_.granule, tail_granules_, pieces);
-  if (count < 2) {
-    run(a, b, d, n, workspace, workspace_bytes, stream);
-    return;
-  }
-  const auto* b_rows = static_cast<const uint16_t*>(b);
-  auto* d_rows = static_cast<uint16_t*>(d);
-  const LtPiece& whole = pieces[0];
-  const LtPiece& tail = pieces[1];
-  // The tail first: it is the smaller launch, and its CTAs should be resident while the whole
-  // granules' first wave reads the same weight rows.
-  ISER_CUDA_CHECK(cudaEventRecord(fork, stream));
-  ISER_CUDA_CHECK(cudaStreamWaitEvent(tail_stream, fork));
-  launch(tails_[tail.tail], a, b_rows + tail.first_row * k_, d_rows + tail.first_row * m_,
-         tail.rows, tail_workspace, workspace_bytes, tail_stream);
-  ISER_CUDA_CHECK(cudaEventRecord(join, tail_stream));
-  launch(pinned_, a, b_rows + whole.first_row * k_, d_rows + whole.first_row * m_, whole.rows,
-         workspace, workspace_bytes, stream);
-  ISER_CUDA_CHECK(cudaStreamWaitEvent(stream, join));
-}
-
 int64_t PinnedLtGemm::padded_rows(int64_t n) const {
   int64_t padded = 0;
   for_each_piece(n, [&](const LtAlgo& algo, int64_t, int64_t rows) {

@@ -58,14 +58,6 @@ class PinnedLtGemm {
   // a: [M rows of K] row-major weights (lda = K); b: n rows of K; d: n rows of M.
   void run(const void* a, const void* b, void* d, int64_t n, void* workspace,
            size_t workspace_bytes, cudaStream_t stream);
-  // run() with its tail piece (if any) on `tail_stream`, beside the whole granules on `stream`:
-  // `fork` (recorded on `stream`) orders the tail after `stream`'s earlier work, `join`
-  // (recorded on `tail_stream`) orders `stream`'s later work after it. The same pieces and
-  // algorithms as run(), hence the same bytes; the two launches stream the weights at about the
-  // same time. The workspaces must differ.
-  void run_forked(const void* a, const void* b, void* d, int64_t n, void* workspace,
-                  size_t workspace_bytes, cudaStream_t stream, void* tail_workspace,
-                  cudaStream_t tail_stream, cudaEvent_t fork, cudaEvent_t join);
   // The pinned algorithm and the tail algorithms in use (benchmark headers).
   std::string description() const;
   const LtAlgo& pinned() const { return pinned_; }
