@@ -31,6 +31,22 @@ inline std::vector<uint16_t> download(const void* ptr, size_t elems) {
   return host;
 }
 
+// Captures what `enqueue(stream)` puts on `stream` into a CUDA graph, launches the graph
+// `launches` times on `stream` and waits for it.
+template <typename Enqueue>
+void run_captured(cudaStream_t stream, Enqueue&& enqueue, int launches = 1) {
+  cudaGraph_t graph = nullptr;
+  cudaGraphExec_t exec = nullptr;
+  ISER_CUDA_CHECK(cudaStreamBeginCapture(stream, cudaStreamCaptureModeThreadLocal));
+  enqueue(stream);
+  ISER_CUDA_CHECK(cudaStreamEndCapture(stream, &graph));
+  ISER_CUDA_CHECK(cudaGraphInstantiate(&exec, graph, 0));
+  for (int i = 0; i < launches; ++i) ISER_CUDA_CHECK(cudaGraphLaunch(exec, stream));
+  ISER_CUDA_CHECK(cudaStreamSynchronize(stream));
+  cudaGraphExecDestroy(exec);
+  cudaGraphDestroy(graph);
+}
+
 // Every rank of `comm` past every GPU operation enqueued so far (an NCCL all-reduce of one float
 // in `scratch`, then a device synchronize).
 inline void rank_barrier(ncclComm_t comm, DeviceBuffer& scratch) {

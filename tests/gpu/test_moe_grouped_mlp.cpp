@@ -210,16 +210,7 @@ TEST(GroupedMlp, SchedulesKeepTokenBytesEagerAndCaptured) {
     // NOTE: `stream` is non-blocking: the fills and set_weights (legacy stream) must be done.
     ISER_CUDA_CHECK(cudaDeviceSynchronize());
     if (captured) {
-      cudaGraph_t graph = nullptr;
-      cudaGraphExec_t exec = nullptr;
-      ISER_CUDA_CHECK(cudaStreamBeginCapture(stream, cudaStreamCaptureModeThreadLocal));
-      mlp.run(x.get(), rows, y.get(), stream);
-      ISER_CUDA_CHECK(cudaStreamEndCapture(stream, &graph));
-      ISER_CUDA_CHECK(cudaGraphInstantiate(&exec, graph, 0));
-      ISER_CUDA_CHECK(cudaGraphLaunch(exec, stream));
-      ISER_CUDA_CHECK(cudaStreamSynchronize(stream));
-      cudaGraphExecDestroy(exec);
-      cudaGraphDestroy(graph);
+      testing::run_captured(stream, [&](cudaStream_t on) { mlp.run(x.get(), rows, y.get(), on); });
     } else {
       mlp.run(x.get(), rows, y.get(), stream);
       ISER_CUDA_CHECK(cudaStreamSynchronize(stream));
@@ -299,17 +290,8 @@ TEST(GroupedMlp, CapturesInCudaGraph) {
 
   cudaStream_t stream = nullptr;
   ISER_CUDA_CHECK(cudaStreamCreateWithFlags(&stream, cudaStreamNonBlocking));
-  cudaGraph_t graph = nullptr;
-  cudaGraphExec_t exec = nullptr;
-  ISER_CUDA_CHECK(cudaStreamBeginCapture(stream, cudaStreamCaptureModeThreadLocal));
-  mlp.run(x.get(), rows, y_graph.get(), stream);
-  ISER_CUDA_CHECK(cudaStreamEndCapture(stream, &graph));
-  ISER_CUDA_CHECK(cudaGraphInstantiate(&exec, graph, 0));
-  ISER_CUDA_CHECK(cudaGraphLaunch(exec, stream));
-  ISER_CUDA_CHECK(cudaGraphLaunch(exec, stream));
-  ISER_CUDA_CHECK(cudaStreamSynchronize(stream));
-  cudaGraphExecDestroy(exec);
-  cudaGraphDestroy(graph);
+  testing::run_captured(
+      stream, [&](cudaStream_t on) { mlp.run(x.get(), rows, y_graph.get(), on); }, 2);
   cudaStreamDestroy(stream);
   EXPECT_EQ(download(y_eager.get(), x.bytes() / 2), download(y_graph.get(), x.bytes() / 2));
 }
