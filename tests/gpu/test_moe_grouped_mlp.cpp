@@ -196,8 +196,8 @@ TEST(GroupedMlp, SchedulesKeepTokenBytesEagerAndCaptured) {
   for (const int32_t r : rows) total += r;
   ExpertBank bank(shape, num_slots);
   bank.fill_random(31, 1.0f / 84.0f, nullptr);
-  std::vector<SlotWeights> weights;
-  for (int s = 0; s < num_slots; ++s) weights.push_back(bank.slot(s));
+  std::vector<SlotWeights> weights(num_slots);
+  for (int s = 0; s < num_slots; ++s) weights[s] = bank.slot(s);
   DeviceBuffer x(static_cast<size_t>(total) * shape.hidden * 2);
   cuda::launch_fill_uniform({x.get<uint16_t>(), int64_t{total} * shape.hidden, 23, 1.0f}, nullptr);
   cudaStream_t stream = nullptr;
