@@ -28,7 +28,7 @@ using testing::has_gpu;
 std::vector<uint16_t> run_layout(GroupedMlp& mlp, const DeviceBuffer& source,
                                  const std::vector<int>& source_rows,
                                  const std::vector<int32_t>& rows_per_slot) {
-  const int he = mlp.shape().hidden;
+  const size_t he = mlp.shape().hidden;
   DeviceBuffer x(source_rows.size() * he * 2);
   DeviceBuffer y(source_rows.size() * he * 2);
   for (size_t r = 0; r < source_rows.size(); ++r) {
@@ -55,8 +55,8 @@ TEST_P(GroupedMlpBackends, MatchesHostReference) {
   DeviceBuffer y(static_cast<size_t>(total) * shape.hidden * 2);
   cuda::launch_fill_uniform({x.get<uint16_t>(), int64_t{total} * shape.hidden, 11, 1.0f}, nullptr);
   GroupedMlp mlp(shape, num_slots, total, GetParam());
-  std::vector<SlotWeights> weights;
-  for (int s = 0; s < num_slots; ++s) weights.push_back(bank.slot(s));
+  std::vector<SlotWeights> weights(num_slots);
+  for (int s = 0; s < num_slots; ++s) weights[s] = bank.slot(s);
   mlp.set_weights(weights, nullptr);
   mlp.run(x.get(), rows, y.get(), nullptr);
   ISER_CUDA_CHECK(cudaDeviceSynchronize());
@@ -111,8 +111,8 @@ TEST(GroupedMlp, TokenOutputIndependentOfSlotCountAndPosition) {
 
   // ON: A's first 700 tokens in its home slot, B's 300 tokens in slot 1, A's last 324 tokens in
   // the replica (helper slot): every A token moves row position, and 324 move slot.
-  std::vector<int> on_rows;
-  for (int r = 0; r < 700; ++r) on_rows.push_back(r);
+  std::vector<int> on_rows(700);
+  for (int r = 0; r < 700; ++r) on_rows[r] = r;
   for (int r = 0; r < 300; ++r) on_rows.push_back(home_rows + r);
   for (int r = 700; r < home_rows; ++r) on_rows.push_back(r);
   const auto on = run_layout(mlp, tokens, on_rows, {700, 300, 324});
@@ -168,8 +168,8 @@ TEST(GroupedMlp, TailAlgorithmsAndChainedLanesKeepTokenBytes) {
     for (const int n : {1, 7, 12, 31, 64, 100, 129, 150, 200, 255, 300, 511, 777}) {
       // B's rows (slot 0), then A's last n tokens (slot 1).
       const int b_rows = (n * 37) % 300;
-      std::vector<int> layout;
-      for (int r = 0; r < b_rows; ++r) layout.push_back(full_rows + r);
+      std::vector<int> layout(b_rows);
+      for (int r = 0; r < b_rows; ++r) layout[r] = full_rows + r;
       for (int r = full_rows - n; r < full_rows; ++r) layout.push_back(r);
       const auto got = run_layout(mlp, tokens, layout, {b_rows, n});
       ASSERT_GE(mlp.padded_rows(std::vector<int32_t>{0, n}), 2 * n);

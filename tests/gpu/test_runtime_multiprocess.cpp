@@ -58,9 +58,9 @@ TEST(MultiProcess, ReplicasCountsAndReadyOverThousandGenerations) {
                                    {6, 1, 0, 2, 1, kCopyModeSami},
                                    {2, 0, 1, 1, 2, kCopyModeSami}};  // owner 0 outside {1}
   DeviceVector<CopyOp> device_ops(ops);
-  DeviceVector<int32_t> slot_expert(c.num_ranks * c.num_slots);
+  DeviceVector<int32_t> slot_expert(static_cast<size_t>(c.num_ranks) * c.num_slots);
   DeviceVector<int32_t> row(c.num_experts);
-  DeviceVector<int32_t> matrix(c.num_ranks * c.num_experts);
+  DeviceVector<int32_t> matrix(static_cast<size_t>(c.num_ranks) * c.num_experts);
   cudaStream_t stream = nullptr;
   ISER_EXPECT_CUDA(cudaStreamCreateWithFlags(&stream, cudaStreamNonBlocking));
   const runtime::RegionLayout layout = runtime::make_region_layout(c);
@@ -69,7 +69,9 @@ TEST(MultiProcess, ReplicasCountsAndReadyOverThousandGenerations) {
   auto row_of = [&](int rank, uint64_t epoch) {
     std::vector<int32_t> r(c.num_experts);
     for (int e = 0; e < c.num_experts; ++e) {
-      r[e] = static_cast<int32_t>((epoch * 7919 + rank * 104729 + e * 31) % 65536);
+      r[e] = static_cast<int32_t>(
+          (epoch * 7919 + static_cast<uint64_t>(rank) * 104729 + static_cast<uint64_t>(e) * 31) %
+          65536);
     }
     return r;
   };
@@ -136,7 +138,7 @@ void expect_replicas_every_shape_then_graph(const RankEnv& env, const std::vecto
   const int rank = env.rank;
   const int num_ops = static_cast<int>(ops.size());
   DeviceVector<CopyOp> device_ops(ops);
-  DeviceVector<int32_t> slot_expert(c.num_ranks * c.num_slots);
+  DeviceVector<int32_t> slot_expert(static_cast<size_t>(c.num_ranks) * c.num_slots);
   cudaStream_t stream = nullptr;
   ISER_EXPECT_CUDA(cudaStreamCreateWithFlags(&stream, cudaStreamNonBlocking));
   const runtime::RegionLayout layout = runtime::make_region_layout(c);
@@ -244,7 +246,7 @@ TEST(MultiProcess, StalledHostLaneFallsBackWithoutHang) {
   poison_helpers(rt);
   const std::vector<CopyOp> ops = {{0, 0, 1, 1, 0, kCopyModeSamiOwner}};
   DeviceVector<CopyOp> device_ops(ops);
-  DeviceVector<int32_t> slot_expert(c.num_ranks * c.num_slots);
+  DeviceVector<int32_t> slot_expert(static_cast<size_t>(c.num_ranks) * c.num_slots);
   int* host_flag = nullptr;
   ISER_EXPECT_CUDA(cudaHostAlloc(&host_flag, sizeof(int), cudaHostAllocMapped));
   *host_flag = 0;  // never set: the stall ends by its own timeout
@@ -257,7 +259,7 @@ TEST(MultiProcess, StalledHostLaneFallsBackWithoutHang) {
   rt.replicate(device_ops.get(), 1, 0, 1, Transport::kP2PSamiHost, stream);
   rt.ready_gate(device_ops.get(), 1, 1, slot_expert.get(), stream, Transport::kP2PSamiHost);
   ISER_EXPECT_CUDA(cudaStreamSynchronize(stream));
-  std::vector<int32_t> none(c.num_ranks * c.num_slots, -1);
+  std::vector<int32_t> none(static_cast<size_t>(c.num_ranks) * c.num_slots, -1);
   EXPECT_EQ(slot_expert.download(), none) << "rank " << env->rank << " kept a failed replica";
   const RuntimeStatus s = rt.status(0);
   if (env->rank == 1) {
@@ -319,7 +321,7 @@ TEST(MultiProcess, CountTimeoutNamesTheMissingRank) {
   Runtime rt(c, comm);
   if (env->rank == 0) {
     DeviceVector<int32_t> row(c.num_experts);
-    DeviceVector<int32_t> matrix(c.num_ranks * c.num_experts);
+    DeviceVector<int32_t> matrix(static_cast<size_t>(c.num_ranks) * c.num_experts);
     rt.exchange_counts(row.get(), matrix.get(), 1, nullptr);
     const RuntimeStatus s = rt.status(0);
     EXPECT_EQ(s.code, StatusCode::kCountTimeout);
