@@ -53,14 +53,13 @@ __device__ __forceinline__ void plan_cta(const PlanParams& p, const PlanSmem& la
     if (p.timer != nullptr && plan_idx == 0 && tid == by) p.timer[slot] = global_timer();
   };
   stamp(0);
-  {
-    // The counts come from HBM (the kernels before the planner evict L2): start their lines
-    // towards L2 now, so that the fetch overlaps the set-up and the zeroing barrier below
-    // instead of following them. One 128-byte line per thread and step.
-    const int32_t* lines = p.counts + static_cast<int64_t>(plan_idx) * p.num_ranks * p.num_experts;
-    const int num_words = p.num_ranks * p.num_experts;
+  const int32_t* counts = p.counts + static_cast<int64_t>(plan_idx) * p.num_ranks * p.num_experts;
+  // The counts come from HBM (the kernels before the planner evict L2): start their lines towards
+  // L2 now, so that the fetch overlaps the set-up and the zeroing barrier below instead of
+  // following them. One 128-byte line per thread and step.
 #pragma unroll 1
-    for (int i = tid * 32; i < num_words; i += PlanConfig::kThreads * 32) prefetch_l2(lines + i);
+  for (int i = tid * 32; i < p.num_ranks * p.num_experts; i += PlanConfig::kThreads * 32) {
+    prefetch_l2(counts + i);
   }
 
   State st;
@@ -103,7 +102,6 @@ __device__ __forceinline__ void plan_cta(const PlanParams& p, const PlanSmem& la
   const int E = st.E;
   const int H = st.H;
   const int C = st.C;
-  const int32_t* counts = p.counts + static_cast<int64_t>(plan_idx) * P * E;
   int32_t* plan = p.plans + static_cast<int64_t>(plan_idx) * p.plan_words;
   const GpuPlanLayout out{P, E, st.S, p.max_broadcasts};
 
