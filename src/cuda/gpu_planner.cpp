@@ -207,7 +207,7 @@ struct GpuPlanner::Impl {
   int counted_routes = -1;
   int counted_rows = 0;
   unsigned long long* timer = nullptr;
-  bool scheduled_repair = false;
+  RepairSchedule repair = RepairSchedule::kAuto;
   DeviceArray<int32_t> tile_counts;  // [max_rows][max_tiles][E]
   DeviceArray<uint32_t> tickets;     // [max_rows]
   DeviceArray<uint32_t> error_word;  // [1]
@@ -230,7 +230,9 @@ cuda::PlanParams GpuPlanner::Impl::plan_params(const int32_t* counts, int32_t* p
   p.counts = counts;
   p.plans = plans;
   p.timer = timer;
-  p.scheduled_repair = scheduled_repair;
+  p.scheduled_repair =
+      repair == RepairSchedule::kScheduled ||
+      (repair == RepairSchedule::kAuto && topo.num_ranks >= kGpuScheduledRepairMinRanks);
   p.num_plans = num_plans;
   p.plan_words = layout.total_words();
   p.num_ranks = topo.num_ranks;
@@ -340,8 +342,8 @@ uint32_t* GpuPlanner::error_word() const {
 void GpuPlanner::set_plan_timer(unsigned long long* device_timer) {
   impl_->timer = device_timer;
 }
-void GpuPlanner::set_scheduled_repair(bool on) {
-  impl_->scheduled_repair = on;
+void GpuPlanner::set_repair_schedule(RepairSchedule schedule) {
+  impl_->repair = schedule;
 }
 
 void GpuPlanner::clear_errors(CUstream_st* stream) {

@@ -8,7 +8,8 @@
 //           broadcast exclude each other) and gets no list
 //   levels  (P > kPhaseStepMaxRanks) one warp, over the rotations that have a listed pair only:
 //           each listed pair gets level 1 + max(levels of its two ranks' previous listed
-//           pairs), both rounds
+//           pairs), both rounds; a lane holds its ranks' levels in registers and reads each
+//           rank's partner from the rank codes the lists stage writes
 //   trades  one warp, level by level (or, P <= kPhaseStepMaxRanks, phase by phase over the
 //           rotations with a listed pair), a lane per pair, __syncwarp between steps
 // NOTE: why levels give the CPU's result: two pair trades touch a common quota entry only if
@@ -282,6 +283,19 @@ __device__ __forceinline__ void circle_pair(int rot, int w, int seats, int& a, i
   d = w == 0 ? ring(0) : ring(seats - 1 - w);
 }
 
+// A rank's pair in one rotation, as the level pass reads it (rank_code[rot][r], written with the
+// pair lists): the partner (the rank itself for the bye of odd P), whether the pair is listed,
+// whether the rank is the pair's receiver a, and the pair's index w.
+struct RankCode {
+  static constexpr int kListed = 1 << 8;
+  static constexpr int kReceiver = 1 << 9;
+  static constexpr int kPairShift = 10;
+  __device__ __forceinline__ static int make(int partner, bool listed, bool receiver, int w) {
+    return partner | (listed ? kListed : 0) | (receiver ? kReceiver : 0) | w << kPairShift;
+  }
+};
+static_assert(kGpuMaxRanks < 256, "RankCode keeps the partner in 8 bits");
+
 // Lists: per pair of round 1 (rotation, w) the sorted broadcasts both ranks host, as compact
 // quota indices (receiver a's | donor d's << 16), in pair_items; pair_head = offset | n << 16
 // (n >= 2), 0 for no list. Runs on whole warps, num_threads threads (thread t of them); one pool
@@ -333,7 +347,13 @@ __device__ __forceinline__ void build_pair_lists(const State& st, int B, int t, 
         atomicOr(reinterpret_cast<unsigned*>(&st.scalars[kPhaseBitsWord + j]), bits);
       }
     }
-    if (idx < total) st.pair_head[idx] = listed ? offset | n << 16 : 0;
+    if (idx < total) {
+      st.pair_head[idx] = listed ? offset | n << 16 : 0;
+      const int w = idx - rot * num_pairs;
+      // The bye of odd P: the real rank of the pair is paired with itself, never listed.
+      if (a < P) st.rank_code[rot * P + a] = RankCode::make(d < P ? d : a, listed, true, w);
+      if (d < P) st.rank_code[rot * P + d] = RankCode::make(a < P ? a : d, listed, false, w);
+    }
   }
 }
 
@@ -346,50 +366,12 @@ struct RepairView {
   const int32_t* own;
   int32_t* quota;
   const int32_t* pair_head;
+  const int32_t* rank_code;
+  int32_t* rotations;
   const int32_t* pair_items;
-  int32_t* rank_level;
   int32_t* level_table;
   const int32_t* scalars;
 };
-
-// Levels (one warp): lane w takes pair w (and w + 32) of every rotation with a listed pair, in
-// the CPU's phase order, both rounds; level_table[level][a] = the pair's head (a pair's ranks
-// are in no other pair of its level). Returns the deepest level (the same on every lane).
-__device__ __forceinline__ int level_pairs(const RepairView& st, int lane) {
-  const int P = st.P;
-  const int seats = P + (P & 1);
-  const int ring_size = seats - 1;
-  const int num_pairs = seats / 2;
-  int deepest = 0;
-#pragma unroll 1
-  for (int round = 0; round < 2; ++round) {
-#pragma unroll 1
-    for (int j = 0; j * 32 < ring_size; ++j) {
-      unsigned bits = static_cast<unsigned>(st.scalars[kPhaseBitsWord + j]);
-      while (bits != 0) {
-        const int rot = 32 * j + __ffs(bits) - 1;
-        bits &= bits - 1;
-#pragma unroll 1
-        for (int w = lane; w < num_pairs; w += 32) {
-          int a, d;
-          circle_pair(rot, w, seats, a, d);
-          a = min(a, P - 1);  // the bye seat has no list; keep the loads in bounds
-          d = min(d, P - 1);
-          const int head = st.pair_head[rot * num_pairs + w];
-          const int level = max(st.rank_level[a], st.rank_level[d]) + 1;
-          if (head != 0) {
-            st.rank_level[a] = level;
-            st.rank_level[d] = level;
-            st.level_table[level * P + a] = head;
-            deepest = max(deepest, level);
-          }
-        }
-        __syncwarp();
-      }
-    }
-  }
-  return __reduce_max_sync(PlanConfig::kFullMask, deepest);
-}
 
 // One direction of a listed trade in registers: receiver (c_r, q_r) takes from donor (c_d, q_d)
 // and releases as much, greedy in sorted order (repair.cpp: trade). Items past the list hold
@@ -521,33 +503,38 @@ struct LevelRows {
 };
 
 // PhaseRows: the circle-method phases whose rotation has a listed pair, in the CPU's order (both
-// rounds: the rotations repeat), pair_head rows indexed by the pair's seat w.
+// rounds: the rotations repeat), pair_head rows indexed by the pair's seat w. `rotations` lists
+// the rotations with a listed pair in ascending order (list_rotations).
 struct PhaseRows {
   const int32_t* heads;
   int width;  // num_pairs
-  unsigned bits[3];
-  int row = -1;  // the rotation head() reads; advance() before the first
-  // Next rotation with a listed pair after row, cyclically (bits beyond the ring are 0).
+  const int32_t* rotations;
+  int num_rotations;
+  int step = -1;  // advance() before the first
+  int row = 0;    // the rotation head() reads
   __device__ __forceinline__ void advance() {
-    int from = row + 1;
-#pragma unroll 1
-    for (int pass = 0; pass < 2; ++pass, from = 0) {
-#pragma unroll
-      for (int j = 0; j < 3; ++j) {
-        const int lo = 32 * j;
-        if (from >= lo + 32) continue;
-        const unsigned m = from > lo ? bits[j] & (~0u << (from - lo)) : bits[j];
-        if (m != 0) {
-          row = lo + __ffs(m) - 1;
-          return;
-        }
-      }
-    }
+    ++step;
+    row = rotations[step < num_rotations ? step : step - num_rotations];
   }
   __device__ __forceinline__ int head(int slot) const {
     return slot < width ? heads[row * width + slot] : 0;
   }
 };
+
+// The rotations with a listed pair (kPhaseBitsWord ..), ascending, into `rotations` (one warp).
+// Returns how many.
+__device__ __forceinline__ int list_rotations(const int32_t* scalars, int32_t* rotations,
+                                              int lane) {
+  int count = 0;
+#pragma unroll
+  for (int j = 0; j < 3; ++j) {
+    const unsigned bits = static_cast<unsigned>(scalars[kPhaseBitsWord + j]);
+    if ((bits >> lane) & 1u) rotations[count + __popc(bits & ((1u << lane) - 1u))] = 32 * j + lane;
+    count += __popc(bits);
+  }
+  __syncwarp();
+  return count;
+}
 
 // Stage 4, scheduled trades (one warp): num_steps steps of disjoint pairs, __syncwarp between
 // steps, lane l taking slots l + 32 c, c < K. Software-pipelined: at step i the quotas of i, the
@@ -596,10 +583,77 @@ __device__ __forceinline__ void trade_steps(const RepairView& st, Rows rows, int
   }
 }
 
+// Levels (one warp), in registers: lane l holds the level of ranks l, l + 32, l + 64 (J of them)
+// and walks the rotations with a listed pair in the CPU's phase order, both rounds (PhaseRows).
+// In a rotation the two ranks of a listed pair both move to 1 + max(their levels), the lane
+// reading the partner's level from the partner's lane with a shuffle; the receiver records
+// level_table[level][a] = the pair's head (a pair's ranks are in no other pair of its level).
+// The rank codes and heads of rotation i + 1 are loaded while rotation i is levelled, so the
+// dependent chain of a rotation is one shuffle and three integer operations. Returns the deepest
+// level (the same on every lane).
+template <int J>
+__device__ __forceinline__ int level_pairs(const RepairView& st, PhaseRows rows, int num_steps,
+                                           int lane) {
+  const int P = st.P;
+  const int num_pairs = rows.width;
+  int level[J];
+  int code[J];
+  int head[J];
+  auto load = [&](int(&c)[J], int(&h)[J]) {
+    rows.advance();
+#pragma unroll
+    for (int j = 0; j < J; ++j) {
+      const int r = lane + 32 * j;
+      c[j] = r < P ? st.rank_code[rows.row * P + r] : r;  // lanes past P: never listed
+      const bool records = (c[j] & RankCode::kListed) != 0 && (c[j] & RankCode::kReceiver) != 0;
+      h[j] = records ? st.pair_head[rows.row * num_pairs + (c[j] >> RankCode::kPairShift)] : 0;
+    }
+  };
+#pragma unroll
+  for (int j = 0; j < J; ++j) level[j] = 0;
+  if (num_steps > 0) load(code, head);
+#pragma unroll 1
+  for (int step = 0; step < num_steps; ++step) {
+    int next_code[J];
+    int next_head[J];
+    if (step + 1 < num_steps) {
+      load(next_code, next_head);
+    } else {
+#pragma unroll
+      for (int j = 0; j < J; ++j) next_code[j] = next_head[j] = 0;
+    }
+    int seen[J];  // the partner's level before this rotation
+#pragma unroll
+    for (int j = 0; j < J; ++j) seen[j] = 0;
+#pragma unroll
+    for (int src = 0; src < J; ++src) {
+#pragma unroll
+      for (int j = 0; j < J; ++j) {
+        const int partner = code[j] & 0xff;
+        const int v = __shfl_sync(PlanConfig::kFullMask, level[src], partner & 31);
+        seen[j] = J == 1 || (partner >> 5) == src ? v : seen[j];
+      }
+    }
+#pragma unroll
+    for (int j = 0; j < J; ++j) {
+      const bool listed = (code[j] & RankCode::kListed) != 0;
+      level[j] = listed ? max(level[j], seen[j]) + 1 : level[j];
+      if (head[j] != 0) st.level_table[level[j] * P + lane + 32 * j] = head[j];
+      code[j] = next_code[j];
+      head[j] = next_head[j];
+    }
+  }
+  int deepest = 0;
+#pragma unroll
+  for (int j = 0; j < J; ++j) deepest = max(deepest, level[j]);
+  return __reduce_max_sync(PlanConfig::kFullMask, deepest);
+}
+
 // Up to this P the trades run phase by phase (the rotations with a listed pair) without levels:
-// the level pass costs a step per such phase too, and a level step (~0.20-0.30 us on H200) costs
-// nearly a trade step (~0.26-0.31 us), so levels pay only where they are far fewer than the
-// phases (EP8: 12 phases, 10 levels; EP64: 85 phases, 12 levels; device run of 2026-11-30).
+// the level pass costs a step per such phase too (~0.15 us on H200), so levels pay only where
+// they are far fewer than the phases (EP8: 12 phases, 10 levels; EP64: 85 phases, 12 levels).
+// Measured on 2026-12-01 (planner µs, levels at every P vs this split): EP4 14.78 / 14.43, EP8
+// 20.38 / 19.81, EP16 28.19 / 28.54.
 inline constexpr int kPhaseStepMaxRanks = 24;
 static_assert(kPhaseStepMaxRanks <= 64, "the phase path gives each lane one pair slot");
 
@@ -608,32 +662,30 @@ static_assert(kPhaseStepMaxRanks <= 64, "the phase path gives each lane one pair
 // word offsets (RepairView). levels_stamp (optional, profiling) gets the globaltimer after the
 // levels.
 inline __device__ __noinline__ void repair_scheduled(int P, int own_at, int quota_at,
-                                                     int pair_head_at, int pair_items_at,
-                                                     int rank_level_at, int level_table_at,
-                                                     int scalars_at, int lane,
+                                                     int pair_head_at, int rank_code_at,
+                                                     int rotations_at, int pair_items_at,
+                                                     int level_table_at, int scalars_at, int lane,
                                                      unsigned long long* levels_stamp) {
   extern __shared__ int32_t smem[];
   const RepairView view{P,
                         smem + own_at,
                         smem + quota_at,
                         smem + pair_head_at,
+                        smem + rank_code_at,
+                        smem + rotations_at,
                         smem + pair_items_at,
-                        smem + rank_level_at,
                         smem + level_table_at,
                         smem + scalars_at};
+  const int active = list_rotations(view.scalars, view.rotations, lane);
+  const PhaseRows rows{view.pair_head, (P + (P & 1)) / 2, view.rotations, active};
   if (P <= kPhaseStepMaxRanks) {  // num_pairs <= 32: one slot per lane
     if (levels_stamp != nullptr) *levels_stamp = global_timer();
-    PhaseRows rows{view.pair_head, (P + (P & 1)) / 2, {}};
-    int active = 0;
-#pragma unroll
-    for (int j = 0; j < 3; ++j) {
-      rows.bits[j] = static_cast<unsigned>(view.scalars[kPhaseBitsWord + j]);
-      active += __popc(rows.bits[j]);
-    }
     trade_steps<1>(view, rows, 2 * active, lane);
     return;
   }
-  const int deepest = level_pairs(view, lane);
+  const int deepest = P <= 32   ? level_pairs<1>(view, rows, 2 * active, lane)
+                      : P <= 64 ? level_pairs<2>(view, rows, 2 * active, lane)
+                                : level_pairs<3>(view, rows, 2 * active, lane);
   if (levels_stamp != nullptr) *levels_stamp = global_timer();
   if (P <= 32) {
     trade_steps<1>(view, LevelRows{view.level_table, P}, deepest, lane);

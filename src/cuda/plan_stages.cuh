@@ -28,7 +28,8 @@ inline constexpr int kPairPoolWords = 4096;
 struct PlanSmem {
   int hist, candidates, home_load, load, expert_broadcast, b_expert, b_owner, b_level, b_begin,
       b_size, b_helper, b_mode, b_quota_offset, b_link, quota, buffer_words, order, own, left,
-      spent, host_bits, rank_level, level_table, zero_end, pair_head, pair_items, scalars, total;
+      spent, host_bits, level_table, zero_end, pair_head, rank_code, rotations, pair_items, scalars,
+      total;
 
   static PlanSmem make(int P, int E, int C, int max_broadcasts, int S, bool iser = false) {
     PlanSmem s{};
@@ -69,10 +70,11 @@ struct PlanSmem {
     const int ring_size = seats - 1;
     const int num_pairs = seats / 2;
     s.host_bits = take(P * ((max_broadcasts + 31) / 32));
-    s.rank_level = take(P);
     s.level_table = take((2 * ring_size + 2) * P);
     s.zero_end = at;
     s.pair_head = take(ring_size * num_pairs);
+    s.rank_code = take(ring_size * P);
+    s.rotations = take(ring_size);
     s.pair_items = take(kPairPoolWords);
     s.scalars = take(8);
     s.total = at;
@@ -182,9 +184,9 @@ struct State {
   int32_t* spent;  // iser: [E] 1 when no group had room for the expert
   // Stage 4 schedule (plan_repair.cuh).
   uint32_t* host_bits;   // [P][ceil(max_broadcasts / 32)] sorted positions a rank hosts
-  int32_t* rank_level;   // [P] level of the rank's latest trading pair
   int32_t* level_table;  // [2 * ring_size + 2][P] head of the level's pair with receiver a, 0
   int32_t* pair_head;    // [ring_size][num_pairs] offset | n << 16 of a pair's list, 0 = none
+  int32_t* rank_code;    // [ring_size][P] each rank's pair per rotation (plan_repair.cuh: RankCode)
   int32_t* pair_items;   // [kPairPoolWords] compact quota indices ia | id << 16
   int buffer_words;
 

@@ -159,11 +159,11 @@ struct Batch {
   std::vector<int32_t> ids;  // [num_inputs][P][tokens * top_k]
 };
 
-// How run_batch plans and rewrites: stage 4 by pair lists and levels
-// (GpuPlanner::set_scheduled_repair), and plan() + rewrite_all() as one fused kernel
-// (GpuPlanner::plan_rewrite_all; HALO-Q batches only, iser plans are not rewritten).
+// How run_batch plans and rewrites: the repair schedule (GpuPlanner::set_repair_schedule), and
+// plan() + rewrite_all() as one fused kernel (GpuPlanner::plan_rewrite_all; HALO-Q batches
+// only, iser plans are not rewritten).
 struct BatchMode {
-  bool scheduled_repair = false;
+  RepairSchedule repair = RepairSchedule::kAuto;
   bool fused = false;
 };
 
@@ -174,7 +174,7 @@ inline int run_batch(const Batch& batch, const std::string& label, const BatchMo
   const int n = batch.tokens * batch.top_k;
   const int rows = batch.num_inputs * P;
   GpuPlanner planner(topo, std::max(n, 1), batch.options, rows);
-  planner.set_scheduled_repair(mode.scheduled_repair);
+  planner.set_repair_schedule(mode.repair);
   const int words = planner.plan_words();
 
   DeviceBuffer<int32_t> d_ids(batch.ids.size());

@@ -95,16 +95,25 @@ TEST(GpuPlanner, MatchesCpuOnRandomSkewedTokens) {
   }
 }
 
-// The opt-in scheduled repair keeps the plans bit-exact too (both policies, every P).
+// Both repair schedules at every P (the default picks one by P), both policies, bit-exact.
+void check_repair_schedule(RepairSchedule schedule, const char* name) {
+  BatchMode mode;
+  mode.repair = schedule;
+  const int halo_q = check_random_inputs(variant, mode);
+  const int iser = ::testing::Test::HasFailure() ? 0 : check_random_inputs(iser_variant, mode);
+  if (::testing::Test::HasFailure()) return;
+  std::printf("GPU == CPU with the %s repair on %d + %d random inputs (halo-q + iser)\n", name,
+              halo_q, iser);
+}
+
 TEST(GpuPlanner, ScheduledRepairMatchesCpu) {
   SKIP_WITHOUT_GPU();
-  BatchMode mode;
-  mode.scheduled_repair = true;
-  const int halo_q = check_random_inputs(variant, mode);
-  const int iser = HasFailure() ? 0 : check_random_inputs(iser_variant, mode);
-  if (HasFailure()) return;
-  std::printf("GPU == CPU with the scheduled repair on %d + %d random inputs (halo-q + iser)\n",
-              halo_q, iser);
+  check_repair_schedule(RepairSchedule::kScheduled, "scheduled");
+}
+
+TEST(GpuPlanner, PhaseRepairMatchesCpu) {
+  SKIP_WITHOUT_GPU();
+  check_repair_schedule(RepairSchedule::kPhases, "phase");
 }
 
 TEST(GpuPlannerIser, MatchesCpuOnRandomSkewedTokens) {
