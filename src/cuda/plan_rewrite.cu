@@ -39,7 +39,17 @@ int prepare_plan_rewrite_kernel(int smem_bytes, int* max_ctas) {
 int launch_plan_rewrite(const PlanRewriteParams& params, int max_ctas, CUstream_st* stream) {
   // The layout travels as a kernel argument, as for the plan kernel (plan.cu).
   const PlanSmem lay = PlanSmem::for_params(params.plan);
-  const long long works = static_cast<long long>(params.num_rows) * params.num_tiles;
+  const long long tiles = static_cast<long long>(params.num_rows) * params.num_tiles;
+  // Split the tiles' slot passes while the CTAs that splitting needs are free (a slot pass is
+  // bound by its SM's issue rate: 4 routes per lane on one SM take 4x one route's time), never
+  // beyond one route per lane.
+  PlanRewriteParams split = params;
+  split.num_parts = 1;
+  while (split.num_parts * 2 <= PlanRewriteConfig::kRoutesPerLane &&
+         params.plan.num_plans + tiles * split.num_parts * 2 <= max_ctas) {
+    split.num_parts *= 2;
+  }
+  const long long works = tiles * split.num_parts;
   const long long ctas = std::min<long long>(params.plan.num_plans + works, max_ctas);
   // One CTA per plan, and at least one more for the tiles (plan_rewrite_kernel).
   if (params.plan.num_plans < 1 || (works > 0 && ctas <= params.plan.num_plans)) {
@@ -57,7 +67,7 @@ int launch_plan_rewrite(const PlanRewriteParams& params, int max_ctas, CUstream_
   attribute.val.cooperative = 1;
   config.attrs = &attribute;
   config.numAttrs = 1;
-  return static_cast<int>(cudaLaunchKernelEx(&config, plan_rewrite_kernel, params, lay));
+  return static_cast<int>(cudaLaunchKernelEx(&config, plan_rewrite_kernel, split, lay));
 }
 
 }  // namespace iser::cuda

@@ -110,10 +110,12 @@ __device__ __forceinline__ void copy_words(int32_t* dst, const int32_t* src, int
   }
 }
 
-// One rewrite tile: routes [tile * kRouteTile, +kRouteTile) of row `row`. stamps: the optional
+// One rewrite tile: routes [tile * kRouteTile, +kRouteTile) of row `row`, the slots of lane
+// route i with i % num_parts == part (PlanRewriteParams::num_parts). stamps: the optional
 // kGpuRewriteTimerSlots profiling stamps (thread 0 writes them), nullptr for all but one tile.
 __device__ __forceinline__ void rewrite_tile(const PlanRewriteParams& p, int row, int tile,
-                                             uint32_t generation, unsigned long long* stamps) {
+                                             int part, uint32_t generation,
+                                             unsigned long long* stamps) {
   using Config = PlanRewriteConfig;
   extern __shared__ int32_t smem[];
   __shared__ int published;
@@ -276,7 +278,7 @@ __device__ __forceinline__ void rewrite_tile(const PlanRewriteParams& p, int row
 #pragma unroll
   for (int i = 0; i < Config::kRoutesPerLane; ++i) {
     const int idx = base + i * 32 + lane;
-    if (idx >= p.num_routes) continue;
+    if (idx >= p.num_routes || i % p.num_parts != part) continue;
     const int v = id[i];
     int slot = -1;
     if (v >= 0) {
@@ -347,7 +349,7 @@ __global__ void __launch_bounds__(PlanRewriteConfig::kThreads, 1)
     }
     return;
   }
-  const int num_works = p.num_rows * p.num_tiles;
+  const int num_works = p.num_rows * p.num_tiles * p.num_parts;
   const int stride = static_cast<int>(gridDim.x) - num_plans;
 #pragma unroll 1
   for (int work = cta - num_plans; work < num_works; work += stride) {
@@ -355,7 +357,9 @@ __global__ void __launch_bounds__(PlanRewriteConfig::kThreads, 1)
         p.plan.timer != nullptr && work == cta - num_plans && cta == num_plans
             ? p.plan.timer + kGpuPlanTimerSlots
             : nullptr;
-    rewrite_tile(p, work / p.num_tiles, work % p.num_tiles, generation, stamps);
+    const int tile_idx = work / p.num_parts;
+    rewrite_tile(p, tile_idx / p.num_tiles, tile_idx % p.num_tiles, work % p.num_parts, generation,
+                 stamps);
     __syncthreads();  // the next tile reuses the shared memory
   }
 }

@@ -99,6 +99,10 @@ struct PlanRewriteParams {
   int first_rank = 0;  // row i is rank (first_rank + i) % P of plan (first_rank + i) / P
   int num_routes = 0;
   int num_tiles = 0;
+  // CTAs per tile (1, 2 or 4; launch_plan_rewrite sets it): each computes the tile's ordinals
+  // (while the plan is made) and writes the slots of every num_parts-th route of each lane, so
+  // that one row's few tiles spread over the idle SMs instead of queueing on a few.
+  int num_parts = 1;
   long long wait_ns = 0;  // a rewrite CTA gives up on its plan after this long (kGpuPlanTimeout)
   int poll_ns = 64;       // sleep between two polls of the plan's ready word
 };

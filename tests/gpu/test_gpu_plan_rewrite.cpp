@@ -72,7 +72,9 @@ RankInputs make_inputs(const Topology& topo, int tokens, int k, int num_inputs) 
 TEST(GpuPlanRewrite, GraphReplaysSeeTheirOwnInput) {
   SKIP_WITHOUT_GPU();
   const Topology topo = Topology::make(8, 384, 4);
-  const int tokens = 1500;  // 9000 routes: five tiles, the last one partial
+  // 9000 routes: five tiles, the last one partial; a launch of this size splits each tile's slot
+  // pass over four CTAs (PlanRewriteParams::num_parts) on any GPU with 21 SMs or more.
+  const int tokens = 1500;
   const int k = 6;
   const int n = tokens * k;
   const int rank = 3;
