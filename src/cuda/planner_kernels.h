@@ -74,7 +74,14 @@ struct RewriteParams {
   int num_experts = 0;
   int num_slots = 0;
   int max_broadcasts = 0;
+  // CTAs per tile (a power of two <= kRewriteMaxParts; the grid has num_tiles *
+  // num_parts columns): each computes the tile's ordinals and writes the slots of every
+  // num_parts-th route of each lane, so that a row's few tiles spread over the SMs.
+  int num_parts = 1;
 };
+// Routes per lane of the rewrite kernel (RewriteConfig::kRoutesPerLane), the most parts a tile
+// splits into.
+inline constexpr int kRewriteMaxParts = 8;
 int rewrite_smem_bytes(const RewriteParams& params);
 int prepare_rewrite_kernel(int smem_bytes);
 int launch_rewrite(const RewriteParams& params, CUstream_st* stream);

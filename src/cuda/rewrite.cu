@@ -17,7 +17,7 @@ int prepare_rewrite_kernel(int smem_bytes) {
 }
 
 int launch_rewrite(const RewriteParams& params, CUstream_st* stream) {
-  const dim3 grid(params.num_tiles, params.num_rows);
+  const dim3 grid(params.num_tiles * params.num_parts, params.num_rows);
   rewrite_kernel<<<grid, RewriteConfig::kThreads, rewrite_smem_bytes(params), stream>>>(params);
   return static_cast<int>(cudaGetLastError());
 }

@@ -24,6 +24,7 @@ struct RewriteConfig {
   static constexpr int kRoutesPerLane = kWarpRoutes / 32;
   static constexpr unsigned kFullMask = 0xffffffffu;
   static_assert(kRouteTile % kThreads == 0);
+  static_assert(kRoutesPerLane == kRewriteMaxParts);
 };
 
 namespace rewrite_detail {
@@ -69,7 +70,8 @@ __global__ void __launch_bounds__(RewriteConfig::kThreads) rewrite_kernel(const 
   const int lane = tid & 31;
   const int warp = tid >> 5;
   const int row = blockIdx.y;
-  const int tile = blockIdx.x;
+  const int tile = static_cast<int>(blockIdx.x) / p.num_parts;
+  const int part = static_cast<int>(blockIdx.x) % p.num_parts;
   const int P = p.num_ranks;
   const int E = p.num_experts;
   const int H = E / P;
@@ -189,12 +191,12 @@ __global__ void __launch_bounds__(RewriteConfig::kThreads) rewrite_kernel(const 
   }
   __syncthreads();
 
-  // Pass 3: slots.
+  // Pass 3: slots, of this CTA's part of the lane's routes.
   int32_t* out = p.slot_ids + static_cast<int64_t>(row) * p.num_routes;
 #pragma unroll
   for (int i = 0; i < RewriteConfig::kRoutesPerLane; ++i) {
     const int idx = base + i * 32 + lane;
-    if (idx >= p.num_routes) continue;
+    if (idx >= p.num_routes || i % p.num_parts != part) continue;
     const int v = id[i];
     int slot = -1;
     if (v >= 0) {
