@@ -509,12 +509,12 @@ struct PhaseRows {
   const int32_t* heads;
   int width;  // num_pairs
   const int32_t* rotations;
-  int num_rotations;
-  int step = -1;  // advance() before the first
-  int row = 0;    // the rotation head() reads
+  int num_rotations;  // >= 1
+  int index = -1;     // in rotations[], cyclic; advance() before the first
+  int row = 0;        // the rotation head() reads
   __device__ __forceinline__ void advance() {
-    ++step;
-    row = rotations[step < num_rotations ? step : step - num_rotations];
+    index = index + 1 == num_rotations ? 0 : index + 1;
+    row = rotations[index];
   }
   __device__ __forceinline__ int head(int slot) const {
     return slot < width ? heads[row * width + slot] : 0;
@@ -584,44 +584,59 @@ __device__ __forceinline__ void trade_steps(const RepairView& st, Rows rows, int
 }
 
 // Levels (one warp), in registers: lane l holds the level of ranks l, l + 32, l + 64 (J of them)
-// and walks the rotations with a listed pair in the CPU's phase order, both rounds (PhaseRows).
-// In a rotation the two ranks of a listed pair both move to 1 + max(their levels), the lane
-// reading the partner's level from the partner's lane with a shuffle; the receiver records
-// level_table[level][a] = the pair's head (a pair's ranks are in no other pair of its level).
-// The rank codes and heads of rotation i + 1 are loaded while rotation i is levelled, so the
-// dependent chain of a rotation is one shuffle and three integer operations. Returns the deepest
-// level (the same on every lane).
+// and walks the rotations with a listed pair in the CPU's phase order, both rounds (`rotations`,
+// num_rotations of them, twice). In a rotation the two ranks of a listed pair both move to 1 +
+// max(their levels), the lane reading the partner's level from the partner's lane with a
+// shuffle; the receiver records level_table[level][a] = the pair's head (a pair's ranks are in
+// no other pair of its level). Returns the deepest level (the same on every lane).
+// NOTE: a rotation's inputs are three dependent shared loads (its index, its rank codes, the
+// head), so they are software-pipelined over three steps: at step i the loop loads the index of
+// step i + 3, the codes of step i + 2 and the heads of step i + 1, all independent of each other
+// and of step i's levels; the dependent chain of a step is one shuffle and three integer ops.
 template <int J>
-__device__ __forceinline__ int level_pairs(const RepairView& st, PhaseRows rows, int num_steps,
-                                           int lane) {
+__device__ __forceinline__ int level_pairs(const RepairView& st, const int32_t* rotations,
+                                           int num_rotations, int num_pairs, int lane) {
   const int P = st.P;
-  const int num_pairs = rows.width;
-  int level[J];
-  int code[J];
-  int head[J];
-  auto load = [&](int(&c)[J], int(&h)[J]) {
-    rows.advance();
+  const int num_steps = 2 * num_rotations;
+  // rotations[] index after i, cyclic: the second round repeats the first.
+  auto next_index = [&](int i) { return i + 1 == num_rotations ? 0 : i + 1; };
+  auto load_codes = [&](int row, int(&c)[J]) {
 #pragma unroll
     for (int j = 0; j < J; ++j) {
       const int r = lane + 32 * j;
-      c[j] = r < P ? st.rank_code[rows.row * P + r] : r;  // lanes past P: never listed
-      const bool records = (c[j] & RankCode::kListed) != 0 && (c[j] & RankCode::kReceiver) != 0;
-      h[j] = records ? st.pair_head[rows.row * num_pairs + (c[j] >> RankCode::kPairShift)] : 0;
+      c[j] = r < P ? st.rank_code[row * P + r] : r;  // lanes past P: never listed
     }
   };
+  auto load_heads = [&](int row, const int(&c)[J], int(&h)[J]) {
+#pragma unroll
+    for (int j = 0; j < J; ++j) {
+      const bool records = (c[j] & RankCode::kListed) != 0 && (c[j] & RankCode::kReceiver) != 0;
+      h[j] = records ? st.pair_head[row * num_pairs + (c[j] >> RankCode::kPairShift)] : 0;
+    }
+  };
+  int level[J];
 #pragma unroll
   for (int j = 0; j < J; ++j) level[j] = 0;
-  if (num_steps > 0) load(code, head);
+  if (num_steps == 0) return 0;
+  // Prologue: step 0's codes and heads, step 1's row and codes, step 2's row.
+  int index = 0;  // of the row loaded last, in rotations[]
+  int row0 = rotations[index];
+  index = next_index(index);
+  int row1 = rotations[index];
+  index = next_index(index);
+  int row2 = rotations[index];
+  int code0[J], code1[J], head0[J];
+  load_codes(row0, code0);
+  load_codes(row1, code1);
+  load_heads(row0, code0, head0);
 #pragma unroll 1
   for (int step = 0; step < num_steps; ++step) {
-    int next_code[J];
-    int next_head[J];
-    if (step + 1 < num_steps) {
-      load(next_code, next_head);
-    } else {
-#pragma unroll
-      for (int j = 0; j < J; ++j) next_code[j] = next_head[j] = 0;
-    }
+    // Loads for later steps first: none of them waits for this step.
+    index = next_index(index);
+    const int row3 = rotations[index];
+    int code2[J], head1[J];
+    load_codes(row2, code2);
+    load_heads(row1, code1, head1);
     int seen[J];  // the partner's level before this rotation
 #pragma unroll
     for (int j = 0; j < J; ++j) seen[j] = 0;
@@ -629,19 +644,22 @@ __device__ __forceinline__ int level_pairs(const RepairView& st, PhaseRows rows,
     for (int src = 0; src < J; ++src) {
 #pragma unroll
       for (int j = 0; j < J; ++j) {
-        const int partner = code[j] & 0xff;
+        const int partner = code0[j] & 0xff;
         const int v = __shfl_sync(PlanConfig::kFullMask, level[src], partner & 31);
         seen[j] = J == 1 || (partner >> 5) == src ? v : seen[j];
       }
     }
 #pragma unroll
     for (int j = 0; j < J; ++j) {
-      const bool listed = (code[j] & RankCode::kListed) != 0;
+      const bool listed = (code0[j] & RankCode::kListed) != 0;
       level[j] = listed ? max(level[j], seen[j]) + 1 : level[j];
-      if (head[j] != 0) st.level_table[level[j] * P + lane + 32 * j] = head[j];
-      code[j] = next_code[j];
-      head[j] = next_head[j];
+      if (head0[j] != 0) st.level_table[level[j] * P + lane + 32 * j] = head0[j];
+      code0[j] = code1[j];
+      code1[j] = code2[j];
+      head0[j] = head1[j];
     }
+    row1 = row2;
+    row2 = row3;
   }
   int deepest = 0;
 #pragma unroll
@@ -677,15 +695,17 @@ inline __device__ __noinline__ void repair_scheduled(int P, int own_at, int quot
                         smem + level_table_at,
                         smem + scalars_at};
   const int active = list_rotations(view.scalars, view.rotations, lane);
-  const PhaseRows rows{view.pair_head, (P + (P & 1)) / 2, view.rotations, active};
-  if (P <= kPhaseStepMaxRanks) {  // num_pairs <= 32: one slot per lane
+  const int num_pairs = (P + (P & 1)) / 2;
+  if (active == 0 || P <= kPhaseStepMaxRanks) {  // num_pairs <= 32: one slot per lane
     if (levels_stamp != nullptr) *levels_stamp = global_timer();
-    trade_steps<1>(view, rows, 2 * active, lane);
+    if (active > 0)
+      trade_steps<1>(view, PhaseRows{view.pair_head, num_pairs, view.rotations, active}, 2 * active,
+                     lane);
     return;
   }
-  const int deepest = P <= 32   ? level_pairs<1>(view, rows, 2 * active, lane)
-                      : P <= 64 ? level_pairs<2>(view, rows, 2 * active, lane)
-                                : level_pairs<3>(view, rows, 2 * active, lane);
+  const int deepest = P <= 32   ? level_pairs<1>(view, view.rotations, active, num_pairs, lane)
+                      : P <= 64 ? level_pairs<2>(view, view.rotations, active, num_pairs, lane)
+                                : level_pairs<3>(view, view.rotations, active, num_pairs, lane);
   if (levels_stamp != nullptr) *levels_stamp = global_timer();
   if (P <= 32) {
     trade_steps<1>(view, LevelRows{view.level_table, P}, deepest, lane);
