@@ -668,10 +668,12 @@ __device__ __forceinline__ int level_pairs(const RepairView& st, const int32_t* 
 }
 
 // Up to this P the trades run phase by phase (the rotations with a listed pair) without levels:
-// the level pass costs a step per such phase too (~0.15 us on H200), so levels pay only where
+// the level pass costs a step per such phase too (0.05-0.1 us on H200), so levels pay only where
 // they are far fewer than the phases (EP8: 12 phases, 10 levels; EP64: 85 phases, 12 levels).
-// Measured on 2026-12-01 (planner µs, levels at every P vs this split): EP4 14.78 / 14.43, EP8
-// 20.38 / 19.81, EP16 28.19 / 28.54.
+// Measured on 2026-12-01 with the pipelined level pass (levels + trades, µs, levels from P = 8
+// against this split): EP8 1.63 + 2.66 against 0.38 + 3.42, EP16 2.53 + 3.65 against 0.42 +
+// 5.79; planner EP8 19.87 / 20.29 against 19.26 / 19.10, EP16 26.91 / 27.42 against 26.82 /
+// 26.91 (two rounds each).
 inline constexpr int kPhaseStepMaxRanks = 24;
 static_assert(kPhaseStepMaxRanks <= 64, "the phase path gives each lane one pair slot");
 
