@@ -82,10 +82,11 @@ TEST(GpuPlanRewrite, GraphReplaysSeeTheirOwnInput) {
   const RankInputs in = make_inputs(topo, tokens, k, num_inputs);
   GpuPlanner planner(topo, n);
   DeviceBuffer<int32_t> d_ids(n);
-  DeviceBuffer<int32_t> d_counts(8 * 384);
+  DeviceBuffer<int32_t> d_counts(size_t{8} * 384);
   DeviceBuffer<int32_t> d_plan(planner.plan_words());
   DeviceBuffer<int32_t> d_slots(n);
-  int32_t* my_row = d_counts.ptr + rank * 384;  // recomputed in place by the graph
+  int32_t* my_row =
+      d_counts.ptr + static_cast<ptrdiff_t>(rank) * 384;  // recomputed in place by the graph
 
   cudaStream_t stream;
   ISER_CUDA_CHECK(cudaStreamCreateWithFlags(&stream, cudaStreamNonBlocking));
@@ -136,11 +137,11 @@ TEST(GpuPlanRewrite, ReportsBadInputsInStatusWords) {
   const std::vector<int32_t> ids = {0, 1, 16, 2, -1, 3, -5, 4};
   DeviceBuffer<int32_t> d_ids(ids.size());
   DeviceBuffer<int32_t> d_row(16);
-  DeviceBuffer<int32_t> d_counts(4 * 16);
+  DeviceBuffer<int32_t> d_counts(size_t{4} * 16);
   DeviceBuffer<int32_t> d_plan(planner.plan_words());
   DeviceBuffer<int32_t> d_slots(ids.size());
   d_ids.upload(ids);
-  std::vector<int32_t> counts(4 * 16, 3);
+  std::vector<int32_t> counts(size_t{4} * 16, 3);
   counts[0] = 40;  // skewed, so a valid matrix broadcasts expert 0
   planner.count(d_ids.ptr, 4, 2, d_row.ptr, nullptr);
   // Rank 0's row of the matrix is the counted one (its ids), so the tiles match the counts.

@@ -218,9 +218,9 @@ TEST(GpuPlannerIser, RewriteIsRefused) {
   SKIP_WITHOUT_GPU();
   const Topology topo = Topology::make(4, 16, 2);
   GpuPlanner planner(topo, 64, iser_variant(0), 4);
-  std::vector<int32_t> ids(4 * 8, 0);
+  std::vector<int32_t> ids(size_t{4} * 8, 0);
   DeviceBuffer<int32_t> d_ids(ids.size());
-  DeviceBuffer<int32_t> d_counts(4 * 16);
+  DeviceBuffer<int32_t> d_counts(size_t{4} * 16);
   DeviceBuffer<int32_t> d_plan(planner.plan_words());
   DeviceBuffer<int32_t> d_slots(ids.size());
   d_ids.upload(ids);
@@ -250,7 +250,7 @@ TEST(GpuPlanner, ReportsBadInputsInStatusWords) {
   EXPECT_EQ(planner.read_errors(), 0u);
 
   // A negative count: the plan carries kGpuBadCounts, no broadcasts and the home loads.
-  std::vector<int32_t> counts(4 * 16, 3);
+  std::vector<int32_t> counts(size_t{4} * 16, 3);
   counts[5] = -1;
   counts[0] = 40;  // skewed, so a valid matrix would broadcast
   DeviceBuffer<int32_t> d_counts(counts.size());
@@ -284,10 +284,11 @@ TEST(GpuPlanner, DetectsStaleTileCounts) {
   GpuPlanner planner(topo, n, {}, 4);
   // Every rank sends half its routes to expert 0 (rank 0's): a broadcast of expert 0 is certain.
   std::vector<int32_t> ids(4 * static_cast<size_t>(n), 0);
-  for (size_t i = n; i < ids.size(); ++i)
+  for (size_t i = n; i < ids.size(); ++i) {
     ids[i] = i % 2 == 0 ? 0 : static_cast<int32_t>(4 + i % 12);
+  }
   DeviceBuffer<int32_t> d_ids(ids.size());
-  DeviceBuffer<int32_t> d_counts(4 * 16);
+  DeviceBuffer<int32_t> d_counts(size_t{4} * 16);
   DeviceBuffer<int32_t> d_plan(planner.plan_words());
   DeviceBuffer<int32_t> d_slots(n);
   d_ids.upload(ids);
@@ -318,13 +319,14 @@ TEST(GpuPlanner, RunsInsideACudaGraph) {
   const CountMatrix counts = CountMatrix::from_topk(ids, 8, tokens, k, 384);
   const int rank = 5;
   DeviceBuffer<int32_t> d_ids(ids.size());
-  DeviceBuffer<int32_t> d_counts(8 * 384);
+  DeviceBuffer<int32_t> d_counts(size_t{8} * 384);
   DeviceBuffer<int32_t> d_plan(planner.plan_words());
   DeviceBuffer<int32_t> d_slots(static_cast<size_t>(tokens) * k);
   d_ids.upload(ids);
   d_counts.upload(std::vector<int32_t>(counts.data().begin(), counts.data().end()));
   const int32_t* my_ids = d_ids.ptr + static_cast<size_t>(rank) * tokens * k;
-  int32_t* my_row = d_counts.ptr + rank * 384;  // recomputed in place by the graph
+  int32_t* my_row =
+      d_counts.ptr + static_cast<ptrdiff_t>(rank) * 384;  // recomputed in place by the graph
 
   cudaStream_t stream;
   ISER_CUDA_CHECK(cudaStreamCreateWithFlags(&stream, cudaStreamNonBlocking));
