@@ -200,8 +200,8 @@ class GpuPlanner {
   // kPhases walks the 2(P-1) circle-method phases, one warp per pair and a barrier per phase;
   // kScheduled first lists the pairs that can trade and their dependency levels, then trades
   // level by level on one warp (plan_repair.cuh); kAuto (default) takes kScheduled from
-  // kGpuScheduledRepairMinRanks ranks on, where it measured faster on H200 (EP8 -7%, EP32 -35%,
-  // EP64 -60% planner time; EP4 +3%), and kPhases below.
+  // kGpuScheduledRepairMinRanks ranks on, where it measured faster on H200 (planner time EP8
+  // -9%, EP16 -21%, EP32 -38%, EP64 -62%; EP4 +3%: docs/benchmarks.md), and kPhases below.
   void set_repair_schedule(RepairSchedule schedule);
 
  private:

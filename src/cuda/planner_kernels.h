@@ -50,8 +50,8 @@ struct PlanParams {
   bool absorb = false;
   bool owner_in_group = false;
   bool iser = false;  // plan_iser (non-resident): needs the extra shared arrays of PlanSmem
-  bool scheduled_repair =
-      false;  // stage 4 by pair lists and levels (GpuPlanner::set_repair_schedule)
+  // Stage 4 by pair lists and levels, else by phases (GpuPlanner::set_repair_schedule).
+  bool scheduled_repair = false;
 };
 // Dynamic shared memory the plan kernel needs for these parameters (bytes).
 int plan_smem_bytes(const PlanParams& params);
