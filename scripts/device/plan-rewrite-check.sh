@@ -15,17 +15,17 @@ timeout ${BENCH_TIMEOUT:-90} build/gpu/bench/bench_planner_gpu -w 20 -n 400 -G 1
 echo "bench rc=$? $(el)"
 grep -v "L2 warm" $O/bench.log
 T=build/gpu/tests/iser_gpu_tests
-# The planner tests without the scheduled-repair one (opt-in path, unchanged here).
-timeout ${TEST_TIMEOUT:-150} $T --gtest_filter='GpuPlan*:-GpuPlanner.ScheduledRepairMatchesCpu' \
-  > $O/tests.log 2>&1
+# Every planner test (both repair schedules at every P, the fused kernel, iser).
+timeout ${TEST_TIMEOUT:-150} $T --gtest_filter='GpuPlan*' > $O/tests.log 2>&1
 echo "tests rc=$? $(el)"
 grep -E "GPU|\[  PASSED|\[  FAILED|FAILED  \]|SKIPPED \]" $O/tests.log | head -40
 S=/usr/local/cuda/bin/compute-sanitizer
 F='GpuPlanner.MatchesCpuOnRandomSkewedTokens:GpuPlanner.RunsInsideACudaGraph:GpuPlanner.ReportsBadInputsInStatusWords'
 F=$F':GpuPlanRewrite.MatchesCpuOnRandomSkewedTokens:GpuPlanRewrite.GraphReplaysSeeTheirOwnInput'
-F=$F':GpuPlanRewrite.ReportsBadInputsInStatusWords'
+F=$F':GpuPlanRewrite.ReportsBadInputsInStatusWords:GpuPlanner.ScheduledRepairMatchesCpu'
+# Scale 0.002: at 0.0005 racecheck missed the scheduled repair's reports (docs/benchmarks.md).
 for tool in memcheck racecheck synccheck; do
-  ISER_GPU_TEST_SCALE=0.0005 timeout ${SAN_TIMEOUT:-40} $S --tool $tool --error-exitcode 9 $T \
+  ISER_GPU_TEST_SCALE=0.002 timeout ${SAN_TIMEOUT:-100} $S --tool $tool --error-exitcode 9 $T \
     --gtest_filter=$F > $O/san_$tool.log 2>&1
   echo "$tool rc=$? $(grep -E 'ERROR SUMMARY|RACECHECK SUMMARY|PASSED|FAILED' $O/san_$tool.log | tr '\n' ' ') $(el)"
 done

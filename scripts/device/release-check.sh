@@ -20,9 +20,10 @@ step ctest 200 ctest --test-dir $B -L gpu --output-on-failure --timeout 150
 grep -E "GPU ==|GPU iser|tests passed|tests failed|\*\*\*Failed|Failed  |Not Run" $O/ctest.log | tail -20
 T=$B/tests/iser_gpu_tests
 SAN=/usr/local/cuda/bin/compute-sanitizer
-F=${SAN_FILTER:-'GpuPlannerIser.MatchesCpuOnRandomSkewedTokens:GpuPlanner.MatchesCpuOnRandomSkewedTokens:GpuPlanner.RunsInsideACudaGraph:GpuPlanner.ReportsBadInputsInStatusWords:GpuPlanRewrite.MatchesCpuOnRandomSkewedTokens:GpuPlanRewrite.GraphReplaysSeeTheirOwnInput:GpuPlanRewrite.ReportsBadInputsInStatusWords'}
+F=${SAN_FILTER:-'GpuPlannerIser.MatchesCpuOnRandomSkewedTokens:GpuPlanner.MatchesCpuOnRandomSkewedTokens:GpuPlanner.RunsInsideACudaGraph:GpuPlanner.ReportsBadInputsInStatusWords:GpuPlanRewrite.MatchesCpuOnRandomSkewedTokens:GpuPlanRewrite.GraphReplaysSeeTheirOwnInput:GpuPlanRewrite.ReportsBadInputsInStatusWords:GpuPlanner.ScheduledRepairMatchesCpu'}
+# Scale 0.002: at 0.0005 racecheck missed the scheduled repair's reports (docs/benchmarks.md).
 for tool in racecheck memcheck synccheck; do
-  CUDA_VISIBLE_DEVICES=0 ISER_GPU_TEST_SCALE=0.0005 step san_$tool 30 \
+  CUDA_VISIBLE_DEVICES=0 ISER_GPU_TEST_SCALE=0.002 step san_$tool 60 \
     $SAN --tool $tool --error-exitcode 9 $T --gtest_filter=$F
   grep -hE 'ERROR SUMMARY|RACECHECK SUMMARY' $O/san_$tool.log
 done
