@@ -394,17 +394,6 @@ void GpuPlanner::plan(const int32_t* counts, int32_t* plans, CUstream_st* stream
 
 namespace {
 
-// CTAs per rewrite tile (RewriteParams::num_parts): the largest power of two, up to one route per
-// lane, that keeps the grid within one CTA per SM. A slot pass is bound by its SM's issue rate,
-// so one row's 24 tiles at tau * k = 49,152 (8 routes per lane) run 4x faster on 96 SMs.
-int rewrite_parts(int64_t num_tiles, int num_sms) {
-  int parts = 1;
-  while (parts * 2 <= cuda::kRewriteMaxParts && num_tiles * parts * 2 <= num_sms) {
-    parts *= 2;
-  }
-  return parts;
-}
-
 void launch_rewrite_rows(const GpuPlanner& planner, int max_broadcasts, int num_sms,
                          const int32_t* tile_counts, uint32_t* error_word, const int32_t* topk_ids,
                          int num_routes, int first_rank, int num_rows, const int32_t* counts,
@@ -426,7 +415,9 @@ void launch_rewrite_rows(const GpuPlanner& planner, int max_broadcasts, int num_
   p.num_experts = topo.num_experts;
   p.num_slots = topo.num_slots;
   p.max_broadcasts = max_broadcasts;
-  p.num_parts = rewrite_parts(static_cast<int64_t>(p.num_tiles) * num_rows, num_sms);
+  // One CTA per SM at most: one row's 24 tiles at tau * k = 49,152 split 4 ways over 96 SMs.
+  p.num_parts = cuda::tile_parts(static_cast<long long>(p.num_tiles) * num_rows, num_sms,
+                                 cuda::kRewriteMaxParts);
   ISER_CUDA_CHECK(static_cast<cudaError_t>(cuda::launch_rewrite(p, stream)));
 }
 

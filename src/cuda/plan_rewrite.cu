@@ -40,15 +40,10 @@ int launch_plan_rewrite(const PlanRewriteParams& params, int max_ctas, CUstream_
   // The layout travels as a kernel argument, as for the plan kernel (plan.cu).
   const PlanSmem lay = PlanSmem::for_params(params.plan);
   const long long tiles = static_cast<long long>(params.num_rows) * params.num_tiles;
-  // Split the tiles' slot passes while the CTAs that splitting needs are free (a slot pass is
-  // bound by its SM's issue rate: 4 routes per lane on one SM take 4x one route's time), never
-  // beyond one route per lane.
+  // Split the tiles' slot passes over the CTAs the plans leave free, at most one route per lane.
   PlanRewriteParams split = params;
-  split.num_parts = 1;
-  while (split.num_parts * 2 <= PlanRewriteConfig::kRoutesPerLane &&
-         params.plan.num_plans + tiles * split.num_parts * 2 <= max_ctas) {
-    split.num_parts *= 2;
-  }
+  split.num_parts =
+      tile_parts(tiles, max_ctas - params.plan.num_plans, PlanRewriteConfig::kRoutesPerLane);
   const long long works = tiles * split.num_parts;
   const long long ctas = std::min<long long>(params.plan.num_plans + works, max_ctas);
   // One CTA per plan, and at least one more for the tiles (plan_rewrite_kernel).

@@ -14,6 +14,15 @@ namespace iser::cuda {
 // rewrite() turns into route ordinals, so both kernels must tile identically.
 inline constexpr int kRouteTile = 2048;
 
+// CTAs per rewrite tile (RewriteParams / PlanRewriteParams::num_parts): the largest power of two
+// up to max_parts with num_tiles * parts <= capacity (free CTAs), at least 1. A slot pass is bound
+// by its SM's issue rate, so a row's few tiles run faster spread over otherwise idle SMs.
+inline int tile_parts(long long num_tiles, long long capacity, int max_parts) {
+  int parts = 1;
+  while (parts * 2 <= max_parts && num_tiles * parts * 2 <= capacity) parts *= 2;
+  return parts;
+}
+
 inline int num_route_tiles(int num_routes) {
   return num_routes <= 0 ? 1 : (num_routes + kRouteTile - 1) / kRouteTile;
 }
