@@ -602,13 +602,6 @@ __device__ __forceinline__ int place(const State& st, const PlanParams& p, int T
              : place_ranks_out_of_line<PlanConfig::kRankChunks>(st, p, T, water, room_aware, lane);
 }
 
-// HALO-Q placement (warp 0), inlined into the kernel: no call, and the room-aware branches fold
-// away.
-__device__ __forceinline__ int place_halo_q(const State& st, const PlanParams& p, int T, int lane) {
-  return st.P <= 32 ? place_ranks<1>(st, p, T, T, false, lane)
-                    : place_ranks<PlanConfig::kRankChunks>(st, p, T, T, false, lane);
-}
-
 // Stage 3: slot coloring (warp 0): levels coarse to fine, plan order within a level, the
 // smallest helper index free on every member. NOTE: aligned groups nest, so when every rank is
 // in at most S groups a free index always exists; a failure is an internal error. The used
