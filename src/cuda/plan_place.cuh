@@ -198,6 +198,15 @@ __device__ __forceinline__ GroupChoice choose_group_lane(const PlanParams& p, co
   return choice;
 }
 
+// True, with kGpuPlanOverflow set in the status word, when one more broadcast of `entries` quota
+// entries does not fit the plan's arrays (the placement then stops).
+__device__ __forceinline__ bool plan_overflows(const State& st, int num_broadcasts, int quota_used,
+                                               int entries, int lane) {
+  if (num_broadcasts < st.max_broadcasts && quota_used + entries <= st.quota_cap) return false;
+  if (lane == 0) atomicOr(reinterpret_cast<unsigned*>(&st.scalars[kStatusWord]), kGpuPlanOverflow);
+  return true;
+}
+
 // HALO-Q group search (reference, absorb, owner_in_group) for owner o: the finest level <= wanted
 // (group size * T >= mass) whose best eligible group has room > 0; best = most room, ties lowest
 // begin. absorb: a level is taken at once only if its best room >= give, otherwise the group
@@ -529,11 +538,7 @@ __device__ __forceinline__ int place_ranks(const State& st, const PlanParams& p,
 
     const bool owner_in = o >= begin && o < begin + size;
     const int entries = size + (owner_in ? 0 : 1);
-    if (num_broadcasts >= st.max_broadcasts || quota_used + entries > st.quota_cap) {
-      if (lane == 0)
-        atomicOr(reinterpret_cast<unsigned*>(&st.scalars[kStatusWord]), kGpuPlanOverflow);
-      break;
-    }
+    if (plan_overflows(st, num_broadcasts, quota_used, entries, lane)) break;
     // HALO-Q: the owner keeps mass - moved. Room-aware: the owner's remaining share moves to
     // this broadcast; an earlier one of the expert keeps 0 for it.
     const int owner_quota = mass - moved;

@@ -166,11 +166,7 @@ __device__ __forceinline__ int place_lanes(const State& st, const PlanParams& p,
     }
     const bool owner_in = o >= begin && o < begin + size;
     const int entries = size + (owner_in ? 0 : 1);
-    if (num_broadcasts >= st.max_broadcasts || quota_used + entries > st.quota_cap) {
-      if (lane == 0)
-        atomicOr(reinterpret_cast<unsigned*>(&st.scalars[kStatusWord]), kGpuPlanOverflow);
-      break;
-    }
+    if (plan_overflows(st, num_broadcasts, quota_used, entries, lane)) break;
     // Commit: every member (the owner too) receives a helper slot; the owner exports `moved`.
     const int owner_quota = mass_o - moved;
     if (in_group) st.quota[quota_used + lane - begin] = is_owner ? owner_quota : take;
