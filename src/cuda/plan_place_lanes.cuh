@@ -2,10 +2,11 @@
 // the placement of plan_place.cuh (DESIGN §4.2) with one rank per lane and one aligned group
 // per lane, written for the length of a pass.
 //
-// NOTE: a pass is one dependent chain on one warp. ncu (H200, 2026-12-01) counted 285 warp
-// instructions per pass of the general place_ranks<1>, 0.85 us per broadcast, most of its stall
-// samples "wait" (fixed-latency dependencies) spread over the whole pass, plus reconvergence
-// barriers (BSSY/BSYNC) around every per-lane `if`. This version:
+// NOTE: a pass is one dependent chain on one warp. ncu (H200, 2026-12-01) counted 283-291 warp
+// instructions per pass of the general place_ranks<1> at EP8-32, 0.85 us per broadcast, half of
+// its stall samples "wait" (fixed-latency dependencies) spread over the whole pass, and a quarter
+// of its instructions control flow: reconvergence (BSSY/BSYNC) around every per-lane `if`, the
+// short-circuit tests of the group search. This version:
 //   - has only warp-uniform branches in a pass (no owner left, a failed attempt, the fill order,
 //     overflow); per-lane updates are selects and predicated stores;
 //   - keeps one `alive` flag per rank instead of (frozen, sent < S, cursor < C);
