@@ -160,42 +160,57 @@ struct LaneGroup {
 
 // choose_group (below) for num_flat <= 32, one group per lane: the rooms come from before the
 // owner was known, so only the owner-dependent tests and one reduction follow the owner choice.
+// NOTE: no short-circuit tests and only warp-uniform branches (plan_place_lanes.cuh: a divergent
+// branch costs a reconvergence on the pass's chain). mass == 0 or give <= 0 accepts no group.
 __device__ __forceinline__ GroupChoice choose_group_lane(const PlanParams& p, const LaneGroup& lg,
                                                          unsigned room, bool packed_key, int P,
                                                          int o, int mass, int give) {
-  const bool eligible =
-      room > 0 && mass <= lg.mass_limit && (!p.owner_in_group || (o >= lg.begin && o < lg.end));
-  const bool accepted = eligible && (!p.absorb || room >= static_cast<unsigned>(give));
+  const bool owner_inside = o >= lg.begin && o < lg.end;
+  const bool eligible = (mass != 0) & (give > 0) & (room > 0) & (mass <= lg.mass_limit) &
+                        (!p.owner_in_group | owner_inside);
+  const bool accepted = eligible & (!p.absorb | (room >= static_cast<unsigned>(give)));
   const unsigned level1 = (lg.tag >> 7) + 1;
   const unsigned tie = lg.tag & 127u;
-  GroupChoice choice;
   unsigned best_level;
-  unsigned key;
+  unsigned best;  // room << 7 | 127 - group of the chosen group
   if (packed_key) {
-    key = __reduce_max_sync(PlanConfig::kFullMask, accepted ? level1 << 29 | room << 7 | tie : 0u);
+    const unsigned key =
+        __reduce_max_sync(PlanConfig::kFullMask, accepted ? level1 << 29 | room << 7 | tie : 0u);
     best_level = key >> 29;
-    key &= (1u << 29) - 1;
+    best = key & ((1u << 29) - 1);
   } else {
     best_level = __reduce_max_sync(PlanConfig::kFullMask, accepted ? level1 : 0u);
-    key = best_level > 0
-              ? __reduce_max_sync(PlanConfig::kFullMask,
-                                  accepted && level1 == best_level ? room << 7 | tie : 0u)
-              : 0u;
+    best = __reduce_max_sync(PlanConfig::kFullMask,
+                             accepted && level1 == best_level ? room << 7 | tie : 0u);
   }
-  unsigned best_room = key >> 7;
-  if (best_level > 0) {
-    choice.level = static_cast<int>(best_level) - 1;
-  } else {
-    if (!p.absorb) return choice;
-    best_room = __reduce_max_sync(PlanConfig::kFullMask, eligible ? room : 0u);
-    if (best_room == 0) return choice;
-    key = __reduce_max_sync(PlanConfig::kFullMask, eligible && room == best_room ? lg.tag : 0u);
-    choice.level = static_cast<int>(key >> 7);
+  int level = static_cast<int>(best_level) - 1;
+  if (best_level == 0 && p.absorb) {  // absorb: the most room over all levels, ties finer
+    const unsigned best_room = __reduce_max_sync(PlanConfig::kFullMask, eligible ? room : 0u);
+    const unsigned tag = __reduce_max_sync(
+        PlanConfig::kFullMask, eligible && room == best_room && best_room > 0 ? lg.tag : 0u);
+    level = best_room > 0 ? static_cast<int>(tag >> 7) : -1;
+    best = best_room << 7 | (tag & 127u);
   }
-  choice.begin = (127 - static_cast<int>(key & 127u)) * (P >> choice.level);
+  GroupChoice choice;
+  if (level < 0) return choice;
+  const unsigned best_room = best >> 7;
+  choice.level = level;
+  choice.begin = (127 - static_cast<int>(best & 127u)) * (P >> level);
   choice.moved = static_cast<int>(min(best_room, static_cast<unsigned>(give)));
   choice.full = static_cast<unsigned>(give) >= best_room;
   return choice;
+}
+
+// Lane 0's record of committed broadcast b (its quotas are stored by the caller).
+__device__ __forceinline__ void store_broadcast(const State& st, int b, int expert, int owner,
+                                                int level, int begin, int size, int quota_offset) {
+  st.b_expert[b] = expert;
+  st.b_owner[b] = owner;
+  st.b_level[b] = level;
+  st.b_begin[b] = begin;
+  st.b_size[b] = size;
+  st.b_quota_offset[b] = quota_offset;
+  st.expert_broadcast[expert] = b;
 }
 
 // True, with kGpuPlanOverflow set in the status word, when one more broadcast of `entries` quota
@@ -562,13 +577,7 @@ __device__ __forceinline__ int place_ranks(const State& st, const PlanParams& p,
     if (lane == 0) {
       if (!owner_in) st.quota[offset + size] = owner_quota;
       const int b = num_broadcasts;
-      st.b_expert[b] = expert;
-      st.b_owner[b] = o;
-      st.b_level[b] = g.level;
-      st.b_begin[b] = begin;
-      st.b_size[b] = size;
-      st.b_quota_offset[b] = offset;
-      st.expert_broadcast[expert] = b;
+      store_broadcast(st, b, expert, o, g.level, begin, size, offset);
       if (room_aware) {
         if (latest >= 0) st.quota[st.host_index(latest, o)] = 0;
         st.left[expert] = owner_quota;

@@ -12,7 +12,8 @@
 //   - keeps one `alive` flag per rank instead of (frozen, sent < S, cursor < C);
 //   - loads every lane's next candidate and its mass while the owner is being chosen, so the
 //     owner's cursor moves by selects (no divergent load);
-//   - tests the group's acceptance without short-circuit branches, in one reduction;
+//   - tests the group's acceptance without short-circuit branches, in one reduction
+//     (choose_group_lane, which place_ranks shares);
 //   - reads one shuffled word per member in the coldest-first fill ((L << 7 | rank): its cap and
 //     membership follow from it).
 // Placement at EP4 / 8 / 16 / 32: 1.92 / 5.09 / 9.73 / 18.75 -> 1.60 / 3.94 / 7.65 / 14.11 us.
@@ -24,23 +25,11 @@
 
 namespace iser::cuda::plan_detail {
 
-// Inclusive prefix over lanes [0, P) of v in kSteps >= ceil(log2 P) shuffle steps (P <= 32).
-// Lanes >= P hold 0 and are not read back; steps past P add nothing to the lanes below P.
-template <int kSteps>
-__device__ __forceinline__ unsigned scan_lanes(unsigned v, int lane) {
-#pragma unroll
-  for (int step = 0; step < kSteps; ++step) {
-    const unsigned x = __shfl_up_sync(PlanConfig::kFullMask, v, 1 << step);
-    v += lane >= (1 << step) ? x : 0u;
-  }
-  return v;
-}
-
 // HALO-Q placement (reference and the absorb / owner_in_group / min_move variants) for P <= 32
 // whose aligned groups fit one warp ((1 << num_levels) - 1 <= 32). Warp 0; returns the number of
 // broadcasts and leaves the final loads in st.load. Lane r holds rank r and group r (flat index
 // 2^level - 1 + group, LaneGroup); kSteps >= ceil(log2 P) is the room scan's depth, a constant
-// so that the pass loop holds no test of it.
+// so that the pass loop holds no test of it (steps past P add nothing to the lanes below P).
 //
 // NOTE: the only branches of a pass are warp-uniform (no owner left, a failed attempt, the fill
 // order, overflow). Per-lane updates are selects and predicated stores: a divergent `if` costs a
@@ -51,8 +40,6 @@ __device__ __forceinline__ int place_lanes(const State& st, const PlanParams& p,
   const int S = st.S;
   const int C = st.C;
   const int water = T;
-  const bool absorb = p.absorb;
-  const bool owner_in_group = p.owner_in_group;
   const int min_move = p.min_move;
   const bool is_rank = lane < P;
   // A lane's own candidate list (lanes >= P read rank 0's, never used).
@@ -68,10 +55,6 @@ __device__ __forceinline__ int place_lanes(const State& st, const PlanParams& p,
   bool alive = is_rank && C > 0 && S > 0;
   LaneGroup lg;
   lg.make(st, water, lane);
-  const bool has_group = lg.end > 0;
-  const int group_last = lg.end - 1;      // prefix positions of the lane's group
-  const int group_before = lg.begin - 1;  // (-1: nothing before it)
-  const unsigned group_key = ((lg.tag >> 7) + 1) << 29 | (lg.tag & 127u);
   const bool packed_key = static_cast<long long>(P) * water < (1 << 22);
   int num_broadcasts = 0;
   int quota_used = 0;
@@ -85,13 +68,10 @@ __device__ __forceinline__ int place_lanes(const State& st, const PlanParams& p,
     // Room of the lane's group (independent of the owner, so beside the reduction): inclusive
     // prefix of (room << 7 | no free helper slot) over ranks, at the group's ends.
     const bool cold = is_rank && load < water;
-    const unsigned packed = scan_lanes<kSteps>(
+    const unsigned packed[1] = {warp_inclusive_scan(
         (cold ? static_cast<unsigned>(water - load) << 7 : 0u) | (is_rank && recv >= S ? 1u : 0u),
-        lane);
-    const unsigned at_last = __shfl_sync(PlanConfig::kFullMask, packed, group_last & 31);
-    const unsigned at_before = __shfl_sync(PlanConfig::kFullMask, packed, group_before & 31);
-    const unsigned sum = (has_group ? at_last : 0u) - (group_before >= 0 ? at_before : 0u);
-    const unsigned room = (sum & 127u) != 0 ? 0u : sum >> 7;
+        lane, 1 << kSteps)};
+    const unsigned room = lg.room<1>(packed);
     // The lane's next candidate (used if it is the owner), loaded before it is known.
     const int next = cursor + 1;
     const int next_cand = next < C ? candidates[next] : -1;
@@ -109,37 +89,9 @@ __device__ __forceinline__ int place_lanes(const State& st, const PlanParams& p,
     alive = alive && !(is_owner && next >= C);
     const int give = min(load_o - water, mass_o);
 
-    // Group (choose_group_lane): the finest level with an accepted group, the most room, ties
-    // to the lowest group. Accepted: room > 0, mass within the group's wanted size, the owner
-    // inside (owner_in_group), room >= give (absorb).
-    const bool in_lane_group = o >= lg.begin && o < lg.end;
-    const bool eligible = (mass_o != 0) & (give > 0) & (room > 0) & (mass_o <= lg.mass_limit) &
-                          (!owner_in_group | in_lane_group);
-    const bool accepted = eligible & (!absorb | (room >= static_cast<unsigned>(give)));
-    unsigned best_level;
-    unsigned best;  // room << 7 | 127 - group of the chosen group
-    if (packed_key) {
-      const unsigned k =
-          __reduce_max_sync(PlanConfig::kFullMask, accepted ? group_key | room << 7 : 0u);
-      best_level = k >> 29;
-      best = k & ((1u << 29) - 1);
-    } else {
-      best_level = __reduce_max_sync(PlanConfig::kFullMask, accepted ? group_key >> 29 : 0u);
-      best = __reduce_max_sync(PlanConfig::kFullMask, accepted && group_key >> 29 == best_level
-                                                          ? room << 7 | (group_key & 127u)
-                                                          : 0u);
-    }
-    int level = static_cast<int>(best_level) - 1;
-    if (best_level == 0 && absorb) {  // absorb: the most room over all levels, ties finer
-      const unsigned best_room = __reduce_max_sync(PlanConfig::kFullMask, eligible ? room : 0u);
-      const unsigned tag = __reduce_max_sync(
-          PlanConfig::kFullMask, eligible && room == best_room && best_room > 0 ? lg.tag : 0u);
-      level = best_room > 0 ? static_cast<int>(tag >> 7) : -1;
-      best = best_room << 7 | (tag & 127u);
-    }
-    const unsigned best_room = best >> 7;
-    const int moved = static_cast<int>(min(best_room, static_cast<unsigned>(give)));
-    if (level < 0 || moved <= 0) {  // freeze the owner
+    const GroupChoice g = choose_group_lane(p, lg, room, packed_key, P, o, mass_o, give);
+    const int moved = g.moved;
+    if (g.level < 0 || moved <= 0) {  // freeze the owner
       alive = alive && !is_owner;
       continue;
     }
@@ -147,12 +99,13 @@ __device__ __forceinline__ int place_lanes(const State& st, const PlanParams& p,
 
     // Quotas: members other than the owner, coldest first by (L, rank) before this step, each
     // take min(water - L, what is left of give); with give >= room every member takes its cap.
+    const int level = g.level;
     const int size = P >> level;
-    const int begin = (127 - static_cast<int>(best & 127u)) * size;
+    const int begin = g.begin;
     const bool in_group = lane >= begin && lane < begin + size;
     const int cap = in_group && !is_owner && load < water ? water - load : 0;
     int take = cap;
-    if (static_cast<unsigned>(give) < best_room) {
+    if (!g.full) {
       // Member m's cap follows from its (L << 7 | m): water - L if m != o and L < water.
       const unsigned order = static_cast<unsigned>(load) << 7 | static_cast<unsigned>(lane);
       int before = 0;
@@ -176,15 +129,7 @@ __device__ __forceinline__ int place_lanes(const State& st, const PlanParams& p,
     load += take - (is_owner ? moved : 0);
     sent += is_owner ? 1 : 0;
     alive = alive && !(is_owner && sent >= S);
-    if (lane == 0) {
-      st.b_expert[num_broadcasts] = expert;
-      st.b_owner[num_broadcasts] = o;
-      st.b_level[num_broadcasts] = level;
-      st.b_begin[num_broadcasts] = begin;
-      st.b_size[num_broadcasts] = size;
-      st.b_quota_offset[num_broadcasts] = quota_used;
-      st.expert_broadcast[expert] = num_broadcasts;
-    }
+    if (lane == 0) store_broadcast(st, num_broadcasts, expert, o, level, begin, size, quota_used);
     ++num_broadcasts;
     quota_used += entries;
   }

@@ -116,12 +116,14 @@ __device__ __forceinline__ void named_barrier(int id, int num_threads) {
   asm volatile("bar.sync %0, %1;" ::"r"(id), "r"(num_threads) : "memory");
 }
 
-// Inclusive scan over the lanes; only lanes [0, num_items) need to be exact.
-__device__ __forceinline__ int warp_inclusive_scan(int v, int lane, int num_items = 32) {
+// Inclusive scan over the lanes; only lanes [0, num_items) need to be exact. A num_items known
+// at compile time leaves no test in the unrolled steps.
+template <typename T>
+__device__ __forceinline__ T warp_inclusive_scan(T v, int lane, int num_items = 32) {
 #pragma unroll
   for (int d = 1; d < 32; d <<= 1) {
     if (d >= num_items) break;
-    const int n = __shfl_up_sync(PlanConfig::kFullMask, v, d);
+    const T n = __shfl_up_sync(PlanConfig::kFullMask, v, d);
     if (lane >= d) v += n;
   }
   return v;
