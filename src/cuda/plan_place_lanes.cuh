@@ -22,6 +22,7 @@
 #pragma once
 
 #include "cuda/plan_place.cuh"
+#include "cuda/plan_place_thread.cuh"
 
 namespace iser::cuda::plan_detail {
 
@@ -138,14 +139,23 @@ __device__ __forceinline__ int place_lanes(const State& st, const PlanParams& p,
   return num_broadcasts;
 }
 
-// HALO-Q placement (warp 0): one rank and one group per lane where they fit a warp (every P <=
-// 32 at the default g_min), place_ranks otherwise.
+// HALO-Q placement (warp 0): on lane 0 with every rank in its registers for P = 4
+// (place_thread), one rank and one group per lane where they fit a warp (every P <= 32 at the
+// default g_min), place_ranks otherwise.
 //
 // NOTE: two copies of the lane loop, not one per scan depth: after an L2 flush the kernel's code
 // comes from HBM, and five inlined copies between stage 1 and the repair set-up cost the set-up
 // +0.55 us (EP8-32), more than a fifth scan step costs EP16 (+0.13 us); an out-of-line call cost
 // +0.95 us (its arguments go through the stack). Measured on H200, 2026-12-01.
+// NOTE: place_thread<8> was slower than place_lanes<3> at EP8 (placement 4.77 against 4.03 us:
+// ~670 instructions per pass, twice the count of P = 4) and is not used; place_thread<4> took
+// EP4's placement from 1.63 to 1.31 us (H200, 2026-12-01).
 __device__ __forceinline__ int place_halo_q(const State& st, const PlanParams& p, int T, int lane) {
+  if (thread_placement_fits(st)) {
+    int num_broadcasts = 0;
+    if (lane == 0) num_broadcasts = place_thread<kThreadPlaceRanks>(st, p, T);
+    return __shfl_sync(PlanConfig::kFullMask, num_broadcasts, 0);
+  }
   if (st.P <= 32 && (1 << st.num_levels) - 1 <= 32) {
     return st.P <= 8 ? place_lanes<3>(st, p, T, lane) : place_lanes<5>(st, p, T, lane);
   }
