@@ -423,6 +423,7 @@ int main(int argc, char** argv) {
         const Plan got = download_plan(planners[i].layout(), d_plan[i]);
         broadcasts += static_cast<int>(want.broadcasts.size());
         if (iser) {
+          if (!(got == want)) std::fprintf(stderr, "# check: EP%d input %d: plan differs\n", P, i);
           ok &= got == want;
           continue;
         }
@@ -435,8 +436,19 @@ int main(int argc, char** argv) {
         BENCH_CUDA(cudaMemcpy(fused_slots.data(), d_fused_slots[i], sizeof(int32_t) * n,
                               cudaMemcpyDeviceToHost));
         const Plan fused = download_plan(planners[i].layout(), d_fused_plan[i]);
-        ok &= got == want && got_slots == want_slots && fused == want &&
-              fused_slots == want_slots && planners[i].read_errors() == 0;
+        const uint32_t errors = planners[i].read_errors();
+        const bool parts[] = {got == want, got_slots == want_slots, fused == want,
+                              fused_slots == want_slots, errors == 0};
+        const char* const names[] = {"plan", "slot ids", "fused plan", "fused slot ids",
+                                     "error word"};
+        for (int k = 0; k < 5; ++k) {
+          if (!parts[k]) {
+            std::fprintf(stderr,
+                         "# check: EP%d input %d: %s differs from the CPU's (error word %u)\n", P,
+                         i, names[k], errors);
+          }
+          ok &= parts[k];
+        }
       }
       all_ok &= ok;
       char both[32] = "-";
