@@ -126,6 +126,13 @@ struct GroupSums {
   }
 };
 
+// The largest mass a group of `size` ranks is wanted for (DESIGN §4.2: size >= ceil(mass /
+// max(T, 1))): size * max(T, 1), clamped to int.
+__device__ __forceinline__ int wanted_mass_limit(int size, int T) {
+  const long long limit = static_cast<long long>(size) * (T > 1 ? T : 1);
+  return limit > 0x7fffffffLL ? 0x7fffffff : static_cast<int>(limit);
+}
+
 // The (level, group) of flat index f = lane = 2^level - 1 + group, when all of them fit one
 // warp (num_flat <= 32: every P <= 64 at the default g_min). Fixed for the whole placement, so
 // the per-pass group search starts from the two prefix shuffles instead of the index arithmetic.
@@ -143,8 +150,7 @@ struct LaneGroup {
     const int size = st.P >> level;
     begin = group * size;
     end = begin + size;
-    const long long limit = static_cast<long long>(size) * (T > 1 ? T : 1);
-    mass_limit = limit > 0x7fffffffLL ? 0x7fffffff : static_cast<int>(limit);
+    mass_limit = wanted_mass_limit(size, T);
     tag = static_cast<unsigned>(level) << 7 | (127u - static_cast<unsigned>(group));
   }
 

@@ -72,44 +72,38 @@ __device__ __forceinline__ int tree_sum(const int (&v)[R]) {
 // calling thread, for thread_placement_fits plans. Returns the number of broadcasts and leaves
 // the final loads in st.load. The groups: g0 = all P ranks (level 0) and, with two levels, g1 =
 // [0, P/2) and g2 = [P/2, P) (level 1).
-template <int R>
+template <int P>
 __device__ __forceinline__ int place_thread(const State& st, const PlanParams& p, int T) {
-  static_assert(R <= 8, "owner keys keep the rank in 3 bits");
-  constexpr int P = R;  // a constant: no rank of the arrays is masked off
+  // NOTE: owner keys and fill orders are (L << 3 | rank): ranks fit 3 bits, and L < 2^25 (the
+  // total is checked in stage 1), so the keys fit 32 bits.
+  static_assert(P <= 8, "owner keys keep the rank in 3 bits");
   const int S = st.S;
   const int C = st.C;
   const int water = T;
   const int half = P >> 1;
   const bool two_levels = st.num_levels == 2;
-  auto limit = [&](int size) {  // wanted iff mass <= size * max(T, 1)
-    const long long l = static_cast<long long>(size) * (T > 1 ? T : 1);
-    return l > 0x7fffffffLL ? 0x7fffffff : static_cast<int>(l);
-  };
-  const int limit0 = limit(P);
-  const int limit1 = two_levels ? limit(half) : -1;
+  const int limit0 = wanted_mass_limit(P, T);
+  const int limit1 = two_levels ? wanted_mass_limit(half, T) : -1;
 
   // Per rank in registers: load, candidate under the cursor and its mass, and three counters
   // in one word (helper slots received, broadcasts sent, candidate cursor; each <= 16). Rank
   // sets as bit masks: live owners, the two halves (level 1, empty with one level).
   // NOTE: the kernel has 128 registers per thread (512 threads), so the state is packed: with
-  // one register per counter and a predicate per flag, ptxas spilled elsewhere in the kernel.
+  // one register per counter and a predicate per flag, ptxas spilled elsewhere in the kernel
+  // (measured with 8 ranks).
   constexpr int kSent = 8;
   constexpr int kCursor = 16;
-  int load[R], cand[R], mass[R], counters[R];
-  unsigned alive = 0;
-  unsigned lo = 0;
-  unsigned hi = 0;
+  int load[P], cand[P], mass[P], counters[P];
+  // NOTE: alive == !frozen && sent < S && cursor < C of place_ranks (see its NOTE).
+  unsigned alive = C > 0 && S > 0 ? (1u << P) - 1 : 0u;
+  const unsigned lo = two_levels ? (1u << half) - 1 : 0u;
+  const unsigned hi = two_levels ? ((1u << P) - 1) & ~lo : 0u;
 #pragma unroll
-  for (int r = 0; r < R; ++r) {
-    const bool is_rank = r < P;
-    load[r] = is_rank ? st.home_load[r] : 0;
+  for (int r = 0; r < P; ++r) {
+    load[r] = st.home_load[r];
     counters[r] = 0;
-    cand[r] = is_rank && C > 0 ? st.candidates[r * C] : -1;
+    cand[r] = C > 0 ? st.candidates[r * C] : -1;
     mass[r] = cand[r] >= 0 ? st.hist[cand[r]] : 0;
-    // NOTE: alive == !frozen && sent < S && cursor < C of place_ranks (see its NOTE).
-    alive |= is_rank && C > 0 && S > 0 ? 1u << r : 0u;
-    lo |= two_levels && r < half ? 1u << r : 0u;
-    hi |= two_levels && r >= half && is_rank ? 1u << r : 0u;
   }
   auto has = [](unsigned set, int r) { return ((set >> r) & 1u) != 0; };
   int num_broadcasts = 0;
@@ -118,39 +112,39 @@ __device__ __forceinline__ int place_thread(const State& st, const PlanParams& p
 #pragma unroll 1
   for (int pass = 0; pass < max_passes; ++pass) {
     // Owner: the live rank with the largest L above the water, ties to the lowest rank.
-    unsigned keys[R];
+    unsigned keys[P];
 #pragma unroll
-    for (int r = 0; r < R; ++r) {
+    for (int r = 0; r < P; ++r) {
       keys[r] = has(alive, r) && load[r] > water
-                    ? static_cast<unsigned>(load[r]) << 3 | static_cast<unsigned>(R - 1 - r)
+                    ? static_cast<unsigned>(load[r]) << 3 | static_cast<unsigned>(P - 1 - r)
                     : 0u;
     }
     // Rooms (independent of the owner: its load is above the water, so it adds no room), and
     // the ranks with no free helper slot.
-    int cap[R];
-    int cap_lo[R];
+    int cap[P];
+    int cap_lo[P];
     unsigned full = 0;
 #pragma unroll
-    for (int r = 0; r < R; ++r) {
-      cap[r] = r < P && load[r] < water ? water - load[r] : 0;
+    for (int r = 0; r < P; ++r) {
+      cap[r] = load[r] < water ? water - load[r] : 0;
       cap_lo[r] = has(lo, r) ? cap[r] : 0;
-      full |= r < P && (counters[r] & 0xff) >= S ? 1u << r : 0u;
+      full |= (counters[r] & 0xff) >= S ? 1u << r : 0u;
     }
-    const unsigned key = tree_max<R>(keys);
+    const unsigned key = tree_max<P>(keys);
     if (key == 0) break;
-    const int o = R - 1 - static_cast<int>(key & (R - 1));
+    const int o = P - 1 - static_cast<int>(key & 7u);
     const int load_o = static_cast<int>(key >> 3);
-    const int expert = pick<R>(cand, o);
-    const int mass_o = pick<R>(mass, o);
+    const int expert = pick<P>(cand, o);
+    const int mass_o = pick<P>(mass, o);
     // The owner's next candidate; the cursor advances even if this attempt fails. Loaded here,
     // used at the end of the pass (the group choice does not wait for it).
-    const int next = (pick<R>(counters, o) >> kCursor) + 1;
+    const int next = (pick<P>(counters, o) >> kCursor) + 1;
     const int next_cand = next < C ? st.candidates[o * C + next] : -1;
     const int next_mass = next_cand >= 0 ? st.hist[next_cand] : 0;
     const int give = min(load_o - water, mass_o);
 
-    const int sum_all = tree_sum<R>(cap);
-    const int sum_lo = tree_sum<R>(cap_lo);
+    const int sum_all = tree_sum<P>(cap);
+    const int sum_lo = tree_sum<P>(cap_lo);
     const int room0 = full != 0 ? 0 : sum_all;
     const int room1 = (full & lo) != 0 ? 0 : sum_lo;
     const int room2 = (full & hi) != 0 ? 0 : sum_all - sum_lo;
@@ -178,7 +172,7 @@ __device__ __forceinline__ int place_thread(const State& st, const PlanParams& p
     const int moved = min(room, give);
 
 #pragma unroll
-    for (int r = 0; r < R; ++r) {
+    for (int r = 0; r < P; ++r) {
       const bool is_owner = r == o;
       counters[r] = is_owner ? (counters[r] & 0xffff) | next << kCursor : counters[r];
       cand[r] = is_owner ? next_cand : cand[r];
@@ -197,23 +191,23 @@ __device__ __forceinline__ int place_thread(const State& st, const PlanParams& p
     const int begin = group == 2 ? half : 0;
     const int size = group == 0 ? P : half;
     const unsigned members = group == 0 ? (1u << P) - 1 : group == 1 ? lo : hi;
-    int take[R];
+    int take[P];
 #pragma unroll
-    for (int r = 0; r < R; ++r) take[r] = has(members, r) ? cap[r] : 0;  // the owner's cap is 0
+    for (int r = 0; r < P; ++r) take[r] = has(members, r) ? cap[r] : 0;  // the owner's cap is 0
     if (give < room) {
-      unsigned order[R];
+      unsigned order[P];
 #pragma unroll
-      for (int r = 0; r < R; ++r) order[r] = static_cast<unsigned>(load[r]) << 3 | r;
-      int fill[R];
+      for (int r = 0; r < P; ++r) order[r] = static_cast<unsigned>(load[r]) << 3 | r;
+      int fill[P];
 #pragma unroll
-      for (int r = 0; r < R; ++r) {
+      for (int r = 0; r < P; ++r) {
         int before = 0;
 #pragma unroll
-        for (int j = 0; j < R; ++j) before += j != r && order[j] < order[r] ? take[j] : 0;
+        for (int j = 0; j < P; ++j) before += j != r && order[j] < order[r] ? take[j] : 0;
         fill[r] = min(take[r], max(0, give - before));
       }
 #pragma unroll
-      for (int r = 0; r < R; ++r) take[r] = fill[r];
+      for (int r = 0; r < P; ++r) take[r] = fill[r];
     }
     const bool owner_in = has(members, o);
     const int entries = size + (owner_in ? 0 : 1);
@@ -221,22 +215,20 @@ __device__ __forceinline__ int place_thread(const State& st, const PlanParams& p
     // Commit: every member (the owner too) receives a helper slot; the owner exports `moved`.
     const int owner_quota = mass_o - moved;
 #pragma unroll
-    for (int r = 0; r < R; ++r) {
+    for (int r = 0; r < P; ++r) {
       const bool is_owner = r == o;
       if (has(members, r)) st.quota[quota_used + r - begin] = is_owner ? owner_quota : take[r];
       counters[r] += (has(members, r) ? 1 : 0) + (is_owner ? 1 << kSent : 0);
       load[r] += take[r] - (is_owner ? moved : 0);
     }
-    if (((pick<R>(counters, o) >> kSent) & 0xff) >= S) alive &= ~(1u << o);
+    if (((pick<P>(counters, o) >> kSent) & 0xff) >= S) alive &= ~(1u << o);
     if (!owner_in) st.quota[quota_used + size] = owner_quota;
     store_broadcast(st, num_broadcasts, expert, o, level, begin, size, quota_used);
     ++num_broadcasts;
     quota_used += entries;
   }
 #pragma unroll
-  for (int r = 0; r < R; ++r) {
-    if (r < P) st.load[r] = load[r];
-  }
+  for (int r = 0; r < P; ++r) st.load[r] = load[r];
   return num_broadcasts;
 }
 
