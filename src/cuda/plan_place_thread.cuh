@@ -41,30 +41,17 @@ __device__ __forceinline__ T pick(const T (&v)[R], int o) {
   }
 }
 
-// max over v, as a balanced tree (a chain of R - 1 steps would be R - 1 deep).
-template <int R>
-__device__ __forceinline__ unsigned tree_max(const unsigned (&v)[R]) {
+// op over v (associative), as a balanced tree: log2(R) steps deep where a chain would be R - 1.
+template <int R, typename T, typename Op>
+__device__ __forceinline__ T tree_reduce(const T (&v)[R], Op op) {
   static_assert(R >= 1 && (R & (R - 1)) == 0);
   if constexpr (R == 1) {
     return v[0];
   } else {
-    unsigned half[R / 2];
+    T half[R / 2];
 #pragma unroll
-    for (int i = 0; i < R / 2; ++i) half[i] = max(v[2 * i], v[2 * i + 1]);
-    return tree_max<R / 2>(half);
-  }
-}
-
-template <int R>
-__device__ __forceinline__ int tree_sum(const int (&v)[R]) {
-  static_assert(R >= 1 && (R & (R - 1)) == 0);
-  if constexpr (R == 1) {
-    return v[0];
-  } else {
-    int half[R / 2];
-#pragma unroll
-    for (int i = 0; i < R / 2; ++i) half[i] = v[2 * i] + v[2 * i + 1];
-    return tree_sum<R / 2>(half);
+    for (int i = 0; i < R / 2; ++i) half[i] = op(v[2 * i], v[2 * i + 1]);
+    return tree_reduce<R / 2>(half, op);
   }
 }
 
@@ -130,7 +117,7 @@ __device__ __forceinline__ int place_thread(const State& st, const PlanParams& p
       cap_lo[r] = has(lo, r) ? cap[r] : 0;
       full |= (counters[r] & 0xff) >= S ? 1u << r : 0u;
     }
-    const unsigned key = tree_max<P>(keys);
+    const unsigned key = tree_reduce<P>(keys, [](unsigned x, unsigned y) { return max(x, y); });
     if (key == 0) break;
     const int o = P - 1 - static_cast<int>(key & 7u);
     const int load_o = static_cast<int>(key >> 3);
@@ -143,8 +130,8 @@ __device__ __forceinline__ int place_thread(const State& st, const PlanParams& p
     const int next_mass = next_cand >= 0 ? st.hist[next_cand] : 0;
     const int give = min(load_o - water, mass_o);
 
-    const int sum_all = tree_sum<P>(cap);
-    const int sum_lo = tree_sum<P>(cap_lo);
+    const int sum_all = tree_reduce<P>(cap, [](int x, int y) { return x + y; });
+    const int sum_lo = tree_reduce<P>(cap_lo, [](int x, int y) { return x + y; });
     const int room0 = full != 0 ? 0 : sum_all;
     const int room1 = (full & lo) != 0 ? 0 : sum_lo;
     const int room2 = (full & hi) != 0 ? 0 : sum_all - sum_lo;
