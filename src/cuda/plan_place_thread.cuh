@@ -26,33 +26,26 @@ __device__ __forceinline__ bool thread_placement_fits(const State& st) {
   return st.P == kThreadPlaceRanks && st.num_levels <= 2;
 }
 
-// v[o] for a runtime o < R (R a power of two): a tree of selects on o's bits, log2(R) deep, so
-// the register array is never indexed at run time (no local memory).
-template <int R, typename T>
-__device__ __forceinline__ T pick(const T (&v)[R], int o) {
+// A balanced tree over v (R a power of two): log2(R) steps deep where a chain would be R - 1.
+// Step `depth` (0 first) combines neighbours x, y into op(x, y, depth).
+template <int R, typename T, typename Op>
+__device__ __forceinline__ T tree_reduce(const T (&v)[R], Op op, int depth = 0) {
   static_assert(R >= 1 && (R & (R - 1)) == 0);
   if constexpr (R == 1) {
     return v[0];
   } else {
     T half[R / 2];
 #pragma unroll
-    for (int i = 0; i < R / 2; ++i) half[i] = (o & 1) != 0 ? v[2 * i + 1] : v[2 * i];
-    return pick<R / 2>(half, o >> 1);
+    for (int i = 0; i < R / 2; ++i) half[i] = op(v[2 * i], v[2 * i + 1], depth);
+    return tree_reduce<R / 2>(half, op, depth + 1);
   }
 }
 
-// op over v (associative), as a balanced tree: log2(R) steps deep where a chain would be R - 1.
-template <int R, typename T, typename Op>
-__device__ __forceinline__ T tree_reduce(const T (&v)[R], Op op) {
-  static_assert(R >= 1 && (R & (R - 1)) == 0);
-  if constexpr (R == 1) {
-    return v[0];
-  } else {
-    T half[R / 2];
-#pragma unroll
-    for (int i = 0; i < R / 2; ++i) half[i] = op(v[2 * i], v[2 * i + 1]);
-    return tree_reduce<R / 2>(half, op);
-  }
+// v[o] for a runtime o < R: selects on o's bits, so the register array is never indexed at run
+// time (no local memory).
+template <int R, typename T>
+__device__ __forceinline__ T pick(const T (&v)[R], int o) {
+  return tree_reduce<R>(v, [o](T x, T y, int depth) { return ((o >> depth) & 1) != 0 ? y : x; });
 }
 
 // HALO-Q placement (reference and the absorb / owner_in_group / min_move variants) on the
@@ -117,7 +110,8 @@ __device__ __forceinline__ int place_thread(const State& st, const PlanParams& p
       cap_lo[r] = has(lo, r) ? cap[r] : 0;
       full |= (counters[r] & 0xff) >= S ? 1u << r : 0u;
     }
-    const unsigned key = tree_reduce<P>(keys, [](unsigned x, unsigned y) { return max(x, y); });
+    const unsigned key =
+        tree_reduce<P>(keys, [](unsigned x, unsigned y, int) { return max(x, y); });
     if (key == 0) break;
     const int o = P - 1 - static_cast<int>(key & 7u);
     const int load_o = static_cast<int>(key >> 3);
@@ -130,8 +124,8 @@ __device__ __forceinline__ int place_thread(const State& st, const PlanParams& p
     const int next_mass = next_cand >= 0 ? st.hist[next_cand] : 0;
     const int give = min(load_o - water, mass_o);
 
-    const int sum_all = tree_reduce<P>(cap, [](int x, int y) { return x + y; });
-    const int sum_lo = tree_reduce<P>(cap_lo, [](int x, int y) { return x + y; });
+    const int sum_all = tree_reduce<P>(cap, [](int x, int y, int) { return x + y; });
+    const int sum_lo = tree_reduce<P>(cap_lo, [](int x, int y, int) { return x + y; });
     const int room0 = full != 0 ? 0 : sum_all;
     const int room1 = (full & lo) != 0 ? 0 : sum_lo;
     const int room2 = (full & hi) != 0 ? 0 : sum_all - sum_lo;
