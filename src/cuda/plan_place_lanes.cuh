@@ -149,7 +149,7 @@ __device__ __forceinline__ int place_lanes(const State& st, const PlanParams& p,
 // +0.95 us (its arguments go through the stack). Measured on H200, 2026-12-01.
 // NOTE: place_thread<8> was slower than place_lanes<3> at EP8 (placement 4.77 against 4.03 us:
 // ~670 instructions per pass, twice the count of P = 4) and is not used; place_thread<4> took
-// EP4's placement from 1.63 to 1.31 us (H200, 2026-12-01).
+// EP4's placement from 1.60 to 1.22-1.25 us (H200, 2026-12-01).
 __device__ __forceinline__ int place_halo_q(const State& st, const PlanParams& p, int T, int lane) {
   if (thread_placement_fits(st)) {
     int num_broadcasts = 0;
