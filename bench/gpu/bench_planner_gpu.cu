@@ -441,7 +441,8 @@ int main(int argc, char** argv) {
                               fused_slots == want_slots, errors == 0};
         const char* const names[] = {"plan", "slot ids", "fused plan", "fused slot ids",
                                      "error word"};
-        for (int k = 0; k < 5; ++k) {
+        static_assert(std::size(parts) == std::size(names));
+        for (size_t k = 0; k < std::size(parts); ++k) {
           if (!parts[k]) {
             std::fprintf(stderr,
                          "# check: EP%d input %d: %s differs from the CPU's (error word %u)\n", P,
