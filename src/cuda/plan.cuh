@@ -93,7 +93,7 @@ __device__ __forceinline__ void plan_cta(const PlanParams& p, const PlanSmem& la
   st.buffer_words = lay.buffer_words;
   st.order = smem + lay.order;
   st.quota = smem + lay.quota;
-  st.own = smem + lay.own;
+  st.entry = reinterpret_cast<int2*>(smem + lay.entry);
   st.scalars = smem + lay.scalars;
   st.host_bits = reinterpret_cast<uint32_t*>(smem + lay.host_bits);
   st.pair_head = smem + lay.pair_head;
@@ -263,7 +263,8 @@ __device__ __forceinline__ void plan_cta(const PlanParams& p, const PlanSmem& la
 #pragma unroll 1
       for (int i = lane; i < entries; i += 32) {
         const int r = i < size ? begin + i : owner;
-        st.own[st.b_quota_offset[b] + i] = counts[static_cast<int64_t>(r) * E + expert];
+        const int idx = st.b_quota_offset[b] + i;
+        st.entry[idx] = make_int2(counts[static_cast<int64_t>(r) * E + expert], st.quota[idx]);
       }
       int rank = 0;
       bool impure = false;
@@ -304,9 +305,9 @@ __device__ __forceinline__ void plan_cta(const PlanParams& p, const PlanSmem& la
       if (st.scalars[kPoolTopWord] <= kPairPoolWords) {
         if (side_warp == 0) {
           const bool stamps = p.timer != nullptr && plan_idx == 0 && lane == 0;
-          repair_scheduled(P, static_cast<int>(st.own - smem), static_cast<int>(st.quota - smem),
-                           lay.pair_head, lay.rank_code, lay.rotations, lay.pair_items,
-                           lay.level_table, lay.scalars, lane, stamps ? p.timer + 5 : nullptr);
+          repair_scheduled(P, lay.entry, lay.pair_head, lay.rank_code, lay.rotations,
+                           lay.pair_items, lay.level_table, lay.scalars, lane,
+                           stamps ? p.timer + 5 : nullptr);
         }
       } else {
         stamp(5, 32 * first_warp);
@@ -347,7 +348,7 @@ __device__ __forceinline__ void plan_cta(const PlanParams& p, const PlanSmem& la
       if (r < P) {
         c = counts[static_cast<int64_t>(r) * E + expert];
         const int idx = st.host_index(b, r);
-        q = idx >= 0 ? st.quota[idx] : 0;
+        q = idx >= 0 ? st.entry[idx].y : 0;
       }
       broken |= q < 0;
       const int diag = min(c, q);

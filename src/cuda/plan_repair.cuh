@@ -27,13 +27,12 @@ namespace iser::cuda {
 namespace plan_detail {
 
 // One direction of a trade on the whole warp, over num_items items in order: load(k, ir, id,
-// pull, give) gives item k's quota indices (ir < 0: not traded) and what it could pull and give.
+// pull, give) gives item k's entry indices (ir < 0: not traded) and what it could pull and give.
 // Warp sums, then the greedy fill with inclusive scans: item k keeps min(x_k, max(0, delta - sum
 // of x before k)) for x = pull and x = give. Warp-uniform control flow; the items are distinct
 // quota entries, so the lanes' writes are too.
 template <typename LoadItem>
-__device__ __forceinline__ void warp_trade(int32_t* quota, int num_items, int lane,
-                                           LoadItem&& load) {
+__device__ __forceinline__ void warp_trade(int2* entry, int num_items, int lane, LoadItem&& load) {
   int sum_pull = 0;
   int sum_give = 0;
 #pragma unroll 1
@@ -56,8 +55,8 @@ __device__ __forceinline__ void warp_trade(int32_t* quota, int num_items, int la
     const int take = min(pull, max(0, delta - (pulled + pull_incl - pull)));
     const int release = min(give, max(0, delta - (given + give_incl - give)));
     if (ir >= 0 && (take != 0 || release != 0)) {
-      quota[ir] += take - release;
-      quota[id] += release - take;
+      entry[ir].y += take - release;
+      entry[id].y += release - take;
     }
     pulled += __shfl_sync(PlanConfig::kFullMask, pull_incl, 31);
     given += __shfl_sync(PlanConfig::kFullMask, give_incl, 31);
@@ -72,7 +71,7 @@ __device__ __forceinline__ void warp_trade(int32_t* quota, int num_items, int la
 // the planner's critical path) for a call that almost never happens.
 inline __device__ __noinline__ void trade(const State st, int num_broadcasts, int a, int d,
                                           int lane) {
-  warp_trade(st.quota, num_broadcasts, lane, [&](int k, int& ia, int& id, int& pull, int& give) {
+  warp_trade(st.entry, num_broadcasts, lane, [&](int k, int& ia, int& id, int& pull, int& give) {
     ia = -1;
     id = -1;
     pull = 0;
@@ -85,8 +84,10 @@ inline __device__ __noinline__ void trade(const State st, int num_broadcasts, in
       ia = -1;
       return;
     }
-    pull = min(max(0, st.own[ia] - st.quota[ia]), max(0, st.quota[id] - st.own[id]));
-    give = max(0, st.quota[ia] - st.own[ia]);
+    const int2 a = st.entry[ia];
+    const int2 d = st.entry[id];
+    pull = min(max(0, a.x - a.y), max(0, d.y - d.x));
+    give = max(0, a.y - a.x);
   });
 }
 
@@ -196,10 +197,12 @@ __device__ __forceinline__ void trade_pair_registers(const State& st,
 #pragma unroll
   for (int k = 0; k < K; ++k) {
     const bool shared = ia[k] >= 0;
-    ca[k] = shared ? st.own[ia[k]] : 0;
-    qa[k] = shared ? st.quota[ia[k]] : 0;
-    cd[k] = shared ? st.own[id[k]] : 0;
-    qd[k] = shared ? st.quota[id[k]] : 0;
+    const int2 a = shared ? st.entry[ia[k]] : make_int2(0, 0);
+    const int2 d = shared ? st.entry[id[k]] : make_int2(0, 0);
+    ca[k] = a.x;
+    qa[k] = a.y;
+    cd[k] = d.x;
+    qd[k] = d.y;
   }
   int qa0[K];
 #pragma unroll
@@ -209,8 +212,8 @@ __device__ __forceinline__ void trade_pair_registers(const State& st,
 #pragma unroll
   for (int k = 0; k < K; ++k) {
     if (ia[k] >= 0 && qa[k] != qa0[k]) {  // a pair's quotas change together (sum is kept)
-      st.quota[ia[k]] = qa[k];
-      st.quota[id[k]] = qd[k];
+      st.entry[ia[k]].y = qa[k];
+      st.entry[id[k]].y = qd[k];
     }
   }
 }
@@ -363,8 +366,7 @@ __device__ __forceinline__ void build_pair_lists(const State& st, int B, int t, 
 // ~0.07-0.1 us more per step at EP8).
 struct RepairView {
   int P;
-  const int32_t* own;
-  int32_t* quota;
+  int2* entry;
   const int32_t* pair_head;
   const int32_t* rank_code;
   int32_t* rotations;
@@ -373,47 +375,43 @@ struct RepairView {
   const int32_t* scalars;
 };
 
-// One direction of a listed trade in registers: receiver (c_r, q_r) takes from donor (c_d, q_d)
-// and releases as much, greedy in sorted order (repair.cpp: trade). Items past the list hold
-// zeros, so they neither pull nor give.
+// One direction of a listed trade in registers: receiver r = {own routes, quota} per item takes
+// from donor d and releases as much, greedy in sorted order (repair.cpp: trade). Items past the
+// list hold zeros, so they neither pull nor give.
 inline constexpr int kListRegs = 4;  // longest list traded in registers (bench inputs: 4)
 
-__device__ __forceinline__ void trade_listed(const int (&c_r)[kListRegs], int (&q_r)[kListRegs],
-                                             const int (&c_d)[kListRegs], int (&q_d)[kListRegs]) {
+// NOTE: no branch: with delta <= 0 every take and release below is 0 (min(x, max(0, <= 0))), the
+// CPU's early return. Item k keeps min(x_k, max(0, delta - sum of x before k)), x = pull and
+// give (the items before k took min(delta, their sum)); the prefixes do not depend on delta, so
+// the dependent chain of a direction is load, pull, sum, delta, take, quota: about eight
+// integer operations.
+__device__ __forceinline__ void trade_listed(int2 (&r)[kListRegs], int2 (&d)[kListRegs]) {
+  static_assert(kListRegs == 4, "the sums below are written out for four items");
   int pull[kListRegs];
   int give[kListRegs];
-  int sum_pull = 0;
-  int sum_give = 0;
 #pragma unroll
   for (int k = 0; k < kListRegs; ++k) {
-    pull[k] = min(max(0, c_r[k] - q_r[k]), max(0, q_d[k] - c_d[k]));
-    give[k] = max(0, q_r[k] - c_r[k]);
-    sum_pull += pull[k];
-    sum_give += give[k];
+    pull[k] = min(max(0, r[k].x - r[k].y), max(0, d[k].y - d[k].x));
+    give[k] = max(0, r[k].y - r[k].x);
   }
-  const int delta = min(sum_pull, sum_give);
-  if (delta <= 0) return;
-  // Greedy fill: item k keeps min(x_k, max(0, delta - sum of x before k)), x = pull and give
-  // (the items before k took min(delta, their sum)); prefixes instead of a running remainder
-  // keep the dependent chain short.
-  int pull_before = 0;
-  int give_before = 0;
+  const int pull_before[kListRegs] = {0, pull[0], pull[0] + pull[1], pull[0] + pull[1] + pull[2]};
+  const int give_before[kListRegs] = {0, give[0], give[0] + give[1], give[0] + give[1] + give[2]};
+  const int delta =
+      min((pull[0] + pull[1]) + (pull[2] + pull[3]), (give[0] + give[1]) + (give[2] + give[3]));
 #pragma unroll
   for (int k = 0; k < kListRegs; ++k) {
-    const int take = min(pull[k], max(0, delta - pull_before));
-    const int release = min(give[k], max(0, delta - give_before));
-    pull_before += pull[k];
-    give_before += give[k];
-    q_r[k] += take - release;
-    q_d[k] += release - take;
+    const int take = min(pull[k], max(0, delta - pull_before[k]));
+    const int release = min(give[k], max(0, delta - give_before[k]));
+    r[k].y += take - release;
+    d[k].y += release - take;
   }
 }
 
 // One direction of a list longer than kListRegs (rare), on the whole warp (warp_trade): the
-// receiver's quota index at bit shift_r of each item, the donor's at shift_d.
+// receiver's entry index at bit shift_r of each item, the donor's at shift_d.
 __device__ __forceinline__ void trade_list_on_warp(const RepairView& st, const int32_t* items,
                                                    int n, int shift_r, int shift_d, int lane) {
-  warp_trade(st.quota, n, lane, [&](int k, int& er, int& ed, int& pull, int& give) {
+  warp_trade(st.entry, n, lane, [&](int k, int& er, int& ed, int& pull, int& give) {
     er = -1;
     ed = -1;
     pull = 0;
@@ -421,8 +419,10 @@ __device__ __forceinline__ void trade_list_on_warp(const RepairView& st, const i
     if (k >= n) return;
     er = (items[k] >> shift_r) & 0xffff;
     ed = (items[k] >> shift_d) & 0xffff;
-    pull = min(max(0, st.own[er] - st.quota[er]), max(0, st.quota[ed] - st.own[ed]));
-    give = max(0, st.quota[er] - st.own[er]);
+    const int2 r = st.entry[er];
+    const int2 d = st.entry[ed];
+    pull = min(max(0, r.x - r.y), max(0, d.y - d.x));
+    give = max(0, r.y - r.x);
   });
 }
 
@@ -453,38 +453,36 @@ struct ListedPair {
 #pragma unroll
     for (int k = 0; k < kListRegs; ++k) item[k] = k < n ? items[k] : 0;
   }
+  // Item k is traded in registers: inside the list, and the list is not a long one.
+  __device__ __forceinline__ bool in_registers(int k) const {
+    const int n = head >> 16;
+    return k < n && n <= kListRegs;
+  }
 };
 
-// Both directions of a listed pair (receiver a first, as repair.cpp's run_pair), from its own
-// routes and quotas (loaded by the caller, so that several pairs' loads are in flight at once).
+// Both directions of a listed pair (receiver a first, as repair.cpp's run_pair), from its
+// entries (loaded by the caller, so that several pairs' loads are in flight at once).
 struct PairTrade {
-  int c_a[kListRegs], q_a[kListRegs], c_d[kListRegs], q_d[kListRegs];
+  int2 a[kListRegs], d[kListRegs];  // {own routes, quota} of receiver a's and donor d's entries
 
   __device__ __forceinline__ void load(const RepairView& st, const ListedPair& pair) {
-    const int n = pair.head >> 16;
 #pragma unroll
     for (int k = 0; k < kListRegs; ++k) {
-      const bool on = k < n && n <= kListRegs;
-      const int ea = pair.item[k] & 0xffff;
-      const int ed = pair.item[k] >> 16;
-      c_a[k] = on ? st.own[ea] : 0;
-      q_a[k] = on ? st.quota[ea] : 0;
-      c_d[k] = on ? st.own[ed] : 0;
-      q_d[k] = on ? st.quota[ed] : 0;
+      const bool on = pair.in_registers(k);
+      a[k] = on ? st.entry[pair.item[k] & 0xffff] : make_int2(0, 0);
+      d[k] = on ? st.entry[pair.item[k] >> 16] : make_int2(0, 0);
     }
   }
-  // Lists longer than kListRegs hold zeros here (trade_long_lists trades them).
+  // Lists longer than kListRegs hold zeros here (trade_long_lists trades them). Every item of
+  // the list is stored back, changed or not: the pairs of a step hold disjoint entries.
   __device__ __forceinline__ void run(const RepairView& st, const ListedPair& pair) {
-    int q_a0[kListRegs];
-#pragma unroll
-    for (int k = 0; k < kListRegs; ++k) q_a0[k] = q_a[k];
-    trade_listed(c_a, q_a, c_d, q_d);  // receiver a, donor d
-    trade_listed(c_d, q_d, c_a, q_a);  // receiver d, donor a
+    trade_listed(a, d);  // receiver a, donor d
+    trade_listed(d, a);  // receiver d, donor a
 #pragma unroll
     for (int k = 0; k < kListRegs; ++k) {
-      if (q_a[k] != q_a0[k]) {  // a pair's quotas change together (their sum is kept)
-        st.quota[pair.item[k] & 0xffff] = q_a[k];
-        st.quota[pair.item[k] >> 16] = q_d[k];
+      if (pair.in_registers(k)) {
+        st.entry[pair.item[k] & 0xffff].y = a[k].y;
+        st.entry[pair.item[k] >> 16].y = d[k].y;
       }
     }
   }
@@ -681,15 +679,14 @@ static_assert(kPhaseStepMaxRanks <= 64, "the phase path gives each lane one pair
 // (its own register allocation, apart from the kernel body's); the arrays come as shared-memory
 // word offsets (RepairView). levels_stamp (optional, profiling) gets the globaltimer after the
 // levels.
-inline __device__ __noinline__ void repair_scheduled(int P, int own_at, int quota_at,
-                                                     int pair_head_at, int rank_code_at,
-                                                     int rotations_at, int pair_items_at,
-                                                     int level_table_at, int scalars_at, int lane,
+inline __device__ __noinline__ void repair_scheduled(int P, int entry_at, int pair_head_at,
+                                                     int rank_code_at, int rotations_at,
+                                                     int pair_items_at, int level_table_at,
+                                                     int scalars_at, int lane,
                                                      unsigned long long* levels_stamp) {
   extern __shared__ int32_t smem[];
   const RepairView view{P,
-                        smem + own_at,
-                        smem + quota_at,
+                        reinterpret_cast<int2*>(smem + entry_at),
                         smem + pair_head_at,
                         smem + rank_code_at,
                         smem + rotations_at,

@@ -27,7 +27,7 @@ inline constexpr int kPairPoolWords = 4096;
 // challenger), so a second block follows the first.
 struct PlanSmem {
   int hist, candidates, home_load, load, expert_broadcast, b_expert, b_owner, b_level, b_begin,
-      b_size, b_helper, b_mode, b_quota_offset, b_link, quota, buffer_words, order, own, left,
+      b_size, b_helper, b_mode, b_quota_offset, b_link, quota, buffer_words, order, entry, left,
       spent, host_bits, level_table, zero_end, pair_head, rank_code, rotations, pair_items, scalars,
       total;
 
@@ -62,9 +62,9 @@ struct PlanSmem {
     s.buffer_words = at - buffer_begin;
     if (iser) take(s.buffer_words);  // the second candidate block
     s.order = take(max_broadcasts);
-    s.own = take(quota_cap);
-    s.left = take(iser ? E : 0);   // iser: routes of each expert its owner still computes
-    s.spent = take(iser ? E : 0);  // iser: expert found no room (skipped for this owner)
+    s.entry = take(2 * quota_cap);  // int2 per entry (16-byte aligned)
+    s.left = take(iser ? E : 0);    // iser: routes of each expert its owner still computes
+    s.spent = take(iser ? E : 0);   // iser: expert found no room (skipped for this owner)
     // ---- stage 4 schedule (plan_repair.cuh); host_bits .. zero_end are zeroed in stage 1 ----
     const int seats = P + (P & 1);
     const int ring_size = seats - 1;
@@ -180,7 +180,9 @@ struct State {
   int32_t* b_link;  // iser: previous broadcast of the same expert, -1 = none
   int32_t* order;
   int32_t* quota;  // compact: members of the group, then the owner when outside it
-  int32_t* own;    // c[r][e_b] per compact entry
+  // The repair's copy of the compact entries, {own routes c[r][e_b], quota}: one 8-byte load
+  // gives a trade both (written in the set-up, read by the output stage).
+  int2* entry;
   int32_t* scalars;
   int32_t* left;   // iser: [E] routes the owner still computes
   int32_t* spent;  // iser: [E] 1 when no group had room for the expert
