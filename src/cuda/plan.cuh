@@ -31,7 +31,7 @@
 #include "cuda/plan_iser.cuh"
 #include "cuda/plan_place.cuh"
 #include "cuda/plan_place_lanes.cuh"
-#include "cuda/plan_repair.cuh"
+#include "cuda/plan_repair_schedule.cuh"
 #include "cuda/plan_stages.cuh"
 
 namespace iser::cuda {
@@ -96,6 +96,9 @@ __device__ __forceinline__ void plan_cta(const PlanParams& p, const PlanSmem& la
   st.entry = reinterpret_cast<int2*>(smem + lay.entry);
   st.scalars = smem + lay.scalars;
   st.host_bits = reinterpret_cast<uint32_t*>(smem + lay.host_bits);
+  st.list_bits = reinterpret_cast<uint32_t*>(smem + lay.list_bits);
+  st.level_nodes = smem + lay.level_nodes;
+  st.level_bytes = reinterpret_cast<uint8_t*>(smem + lay.level_bytes);
   st.pair_head = smem + lay.pair_head;
   st.rank_code = smem + lay.rank_code;
   st.pair_items = smem + lay.pair_items;
@@ -110,7 +113,7 @@ __device__ __forceinline__ void plan_cta(const PlanParams& p, const PlanSmem& la
 
   // ---- stage 1: hist, loads, T, candidates ---------------------------------------------------
   __shared__ unsigned warp_routes[PlanConfig::kWarps];  // summed in 64 bits below
-  if (tid < 8) st.scalars[tid] = 0;
+  if (tid < kScalarWords) st.scalars[tid] = 0;
 #pragma unroll 1
   for (int e = tid; e < E; e += PlanConfig::kThreads) {
     st.hist[e] = 0;
@@ -303,10 +306,17 @@ __device__ __forceinline__ void plan_cta(const PlanParams& p, const PlanSmem& la
       named_barrier(2, num_side_warps * 32);
       stamp(4, 32 * first_warp);
       if (st.scalars[kPoolTopWord] <= kPairPoolWords) {
+        int deepest = -1;  // the rotation walk (or no levels: P <= kPhaseStepMaxRanks)
+        if (P > kPhaseStepMaxRanks &&
+            st.scalars[kNodeCountWord] <= min(kMaxLevelNodes, num_side_warps * 32)) {
+          level_pass_parallel(st, tid - 32 * first_warp, num_side_warps * 32);
+          named_barrier(2, num_side_warps * 32);
+          deepest = st.scalars[kDeepestWord];
+        }
         if (side_warp == 0) {
           const bool stamps = p.timer != nullptr && plan_idx == 0 && lane == 0;
           repair_scheduled(P, lay.entry, lay.pair_head, lay.rank_code, lay.rotations,
-                           lay.pair_items, lay.level_table, lay.scalars, lane,
+                           lay.pair_items, lay.level_table, lay.scalars, deepest, lane,
                            stamps ? p.timer + 5 : nullptr);
         }
       } else {

@@ -6,10 +6,9 @@
 //           set-up loop), then per pair of round 1 the broadcasts both host, as compact quota
 //           index pairs; a pair with fewer than two cannot trade (a pull and a give on one
 //           broadcast exclude each other) and gets no list
-//   levels  (P > kPhaseStepMaxRanks) one warp, over the rotations that have a listed pair only:
-//           each listed pair gets level 1 + max(levels of its two ranks' previous listed
-//           pairs), both rounds; a lane holds its ranks' levels in registers and reads each
-//           rank's partner from the rank codes the lists stage writes
+//   levels  (P > kPhaseStepMaxRanks) one warp: each listed pair gets level 1 + max(levels of
+//           its two ranks' previous listed pairs), both rounds (plan_repair_schedule.cuh: by
+//           iterating over the listed pairs, or by walking the rotations)
 //   trades  one warp, level by level (or, P <= kPhaseStepMaxRanks, phase by phase over the
 //           rotations with a listed pair), a lane per pair, __syncwarp between steps
 // NOTE: why levels give the CPU's result: two pair trades touch a common quota entry only if
@@ -286,24 +285,58 @@ __device__ __forceinline__ void circle_pair(int rot, int w, int seats, int& a, i
   d = w == 0 ? ring(0) : ring(seats - 1 - w);
 }
 
+// Up to this P the trades run phase by phase (the rotations with a listed pair) without levels:
+// the level pass costs a step per such phase too (0.05-0.1 us on H200), so levels pay only where
+// they are far fewer than the phases (EP8: 12 phases, 10 levels; EP64: 85 phases, 12 levels).
+// Measured on 2026-12-01 with the pipelined level pass (levels + trades, µs, levels from P = 8
+// against this split): EP8 1.63 + 2.66 against 0.38 + 3.42, EP16 2.53 + 3.65 against 0.42 +
+// 5.79; planner EP8 19.87 / 20.29 against 19.26 / 19.10, EP16 26.91 / 27.42 against 26.82 /
+// 26.91 (two rounds each). With the node level pass (plan_repair_schedule.cuh) from P = 8, EP16
+// took levels 3.23 + trades 3.36 us against 0.48 + 4.58 by phases (2026-12-01): still phases.
+inline constexpr int kPhaseStepMaxRanks = 24;
+static_assert(kPhaseStepMaxRanks <= 64, "the phase path gives each lane one pair slot");
+
 // A rank's pair in one rotation, as the level pass reads it (rank_code[rot][r], written with the
 // pair lists): the partner (the rank itself for the bye of odd P), whether the pair is listed,
-// whether the rank is the pair's receiver a, and the pair's index w.
+// whether the rank is the pair's receiver a, the pair's index w and, for the node level pass, the
+// listed pair's node number.
 struct RankCode {
   static constexpr int kListed = 1 << 8;
   static constexpr int kReceiver = 1 << 9;
   static constexpr int kPairShift = 10;
-  __device__ __forceinline__ static int make(int partner, bool listed, bool receiver, int w) {
-    return partner | (listed ? kListed : 0) | (receiver ? kReceiver : 0) | w << kPairShift;
+  static constexpr int kNodeShift = 16;
+  __device__ __forceinline__ static int make(int partner, bool listed, bool receiver, int w,
+                                             int node) {
+    return partner | (listed ? kListed : 0) | (receiver ? kReceiver : 0) | w << kPairShift |
+           node << kNodeShift;
   }
+  __device__ __forceinline__ static int pair(int code) { return (code >> kPairShift) & 63; }
+  __device__ __forceinline__ static int node(int code) { return code >> kNodeShift; }
 };
 static_assert(kGpuMaxRanks < 256, "RankCode keeps the partner in 8 bits");
+static_assert((kGpuMaxRanks + 1) / 2 <= 64, "RankCode keeps the pair index in 6 bits");
+
+// A listed pair as the node level pass reads it (level_nodes[node], written with the pair
+// lists): its rotation, receiver a, donor d and index w, a byte each.
+struct NodeCode {
+  int code;
+  __device__ __forceinline__ static int make(int rot, int a, int d, int w) {
+    return rot | a << 8 | d << 16 | w << 24;
+  }
+  __device__ __forceinline__ int rot() const { return code & 0xff; }
+  __device__ __forceinline__ int a() const { return (code >> 8) & 0xff; }
+  __device__ __forceinline__ int d() const { return (code >> 16) & 0xff; }
+  __device__ __forceinline__ int w() const { return code >> 24; }
+};
 
 // Lists: per pair of round 1 (rotation, w) the sorted broadcasts both ranks host, as compact
 // quota indices (receiver a's | donor d's << 16), in pair_items; pair_head = offset | n << 16
 // (n >= 2), 0 for no list. Runs on whole warps, num_threads threads (thread t of them); one pool
 // atomic per warp and round. The pool top past kPairPoolWords after the barrier means the lists
-// did not fit (no list is written past it).
+// did not fit (no list is written past it). Above kPhaseStepMaxRanks the listed pairs are also
+// numbered for the node level pass (plan_repair_schedule.cuh: kNodeCountWord of them, a
+// NodeCode in level_nodes for those below kMaxLevelNodes) and each rank's listed rotations are
+// marked in list_bits.
 __device__ __forceinline__ void build_pair_lists(const State& st, int B, int t, int num_threads) {
   const int P = st.P;
   const int seats = P + (P & 1);
@@ -350,12 +383,29 @@ __device__ __forceinline__ void build_pair_lists(const State& st, int B, int t, 
         atomicOr(reinterpret_cast<unsigned*>(&st.scalars[kPhaseBitsWord + j]), bits);
       }
     }
+    int node = 0;
+    if (P > kPhaseStepMaxRanks) {  // CTA-uniform
+      const unsigned listed_lanes = __ballot_sync(PlanConfig::kFullMask, listed);
+      int node_first = 0;
+      if (lane == 0 && listed_lanes != 0) {
+        node_first = atomicAdd(&st.scalars[kNodeCountWord], __popc(listed_lanes));
+      }
+      node = __shfl_sync(PlanConfig::kFullMask, node_first, 0) +
+             __popc(listed_lanes & ((1u << lane) - 1u));
+      if (listed) {
+        if (node < kMaxLevelNodes) {
+          st.level_nodes[node] = NodeCode::make(rot, a, d, idx - rot * num_pairs);
+        }
+        atomicOr(&st.list_bits[3 * a + rot / 32], 1u << (rot % 32));
+        atomicOr(&st.list_bits[3 * d + rot / 32], 1u << (rot % 32));
+      }
+    }
     if (idx < total) {
       st.pair_head[idx] = listed ? offset | n << 16 : 0;
       const int w = idx - rot * num_pairs;
       // The bye of odd P: the real rank of the pair is paired with itself, never listed.
-      if (a < P) st.rank_code[rot * P + a] = RankCode::make(d < P ? d : a, listed, true, w);
-      if (d < P) st.rank_code[rot * P + d] = RankCode::make(a < P ? a : d, listed, false, w);
+      if (a < P) st.rank_code[rot * P + a] = RankCode::make(d < P ? d : a, listed, true, w, node);
+      if (d < P) st.rank_code[rot * P + d] = RankCode::make(a < P ? a : d, listed, false, w, node);
     }
   }
 }
@@ -578,140 +628,6 @@ __device__ __forceinline__ void trade_steps(const RepairView& st, Rows rows, int
     }
 #pragma unroll
     for (int c = 0; c < K; ++c) cur[c] = next[c];
-  }
-}
-
-// Levels (one warp), in registers: lane l holds the level of ranks l, l + 32, l + 64 (J of them)
-// and walks the rotations with a listed pair in the CPU's phase order, both rounds (`rotations`,
-// num_rotations of them, twice). In a rotation the two ranks of a listed pair both move to 1 +
-// max(their levels), the lane reading the partner's level from the partner's lane with a
-// shuffle; the receiver records level_table[level][a] = the pair's head (a pair's ranks are in
-// no other pair of its level). Returns the deepest level (the same on every lane).
-// NOTE: a rotation's inputs are three dependent shared loads (its index, its rank codes, the
-// head), so they are software-pipelined over three steps: at step i the loop loads the index of
-// step i + 3, the codes of step i + 2 and the heads of step i + 1, all independent of each other
-// and of step i's levels; the dependent chain of a step is one shuffle and three integer ops.
-template <int J>
-__device__ __forceinline__ int level_pairs(const RepairView& st, const int32_t* rotations,
-                                           int num_rotations, int num_pairs, int lane) {
-  const int P = st.P;
-  const int num_steps = 2 * num_rotations;
-  // rotations[] index after i, cyclic: the second round repeats the first.
-  auto next_index = [&](int i) { return i + 1 == num_rotations ? 0 : i + 1; };
-  auto load_codes = [&](int row, int(&c)[J]) {
-#pragma unroll
-    for (int j = 0; j < J; ++j) {
-      const int r = lane + 32 * j;
-      c[j] = r < P ? st.rank_code[row * P + r] : r;  // lanes past P: never listed
-    }
-  };
-  auto load_heads = [&](int row, const int(&c)[J], int(&h)[J]) {
-#pragma unroll
-    for (int j = 0; j < J; ++j) {
-      const bool records = (c[j] & RankCode::kListed) != 0 && (c[j] & RankCode::kReceiver) != 0;
-      h[j] = records ? st.pair_head[row * num_pairs + (c[j] >> RankCode::kPairShift)] : 0;
-    }
-  };
-  int level[J];
-#pragma unroll
-  for (int j = 0; j < J; ++j) level[j] = 0;
-  if (num_steps == 0) return 0;
-  // Prologue: step 0's codes and heads, step 1's row and codes, step 2's row.
-  int index = 0;  // of the row loaded last, in rotations[]
-  int row0 = rotations[index];
-  index = next_index(index);
-  int row1 = rotations[index];
-  index = next_index(index);
-  int row2 = rotations[index];
-  int code0[J], code1[J], head0[J];
-  load_codes(row0, code0);
-  load_codes(row1, code1);
-  load_heads(row0, code0, head0);
-#pragma unroll 1
-  for (int step = 0; step < num_steps; ++step) {
-    // Loads for later steps first: none of them waits for this step.
-    index = next_index(index);
-    const int row3 = rotations[index];
-    int code2[J], head1[J];
-    load_codes(row2, code2);
-    load_heads(row1, code1, head1);
-    int seen[J];  // the partner's level before this rotation
-#pragma unroll
-    for (int j = 0; j < J; ++j) seen[j] = 0;
-#pragma unroll
-    for (int src = 0; src < J; ++src) {
-#pragma unroll
-      for (int j = 0; j < J; ++j) {
-        const int partner = code0[j] & 0xff;
-        const int v = __shfl_sync(PlanConfig::kFullMask, level[src], partner & 31);
-        seen[j] = J == 1 || (partner >> 5) == src ? v : seen[j];
-      }
-    }
-#pragma unroll
-    for (int j = 0; j < J; ++j) {
-      const bool listed = (code0[j] & RankCode::kListed) != 0;
-      level[j] = listed ? max(level[j], seen[j]) + 1 : level[j];
-      if (head0[j] != 0) st.level_table[level[j] * P + lane + 32 * j] = head0[j];
-      code0[j] = code1[j];
-      code1[j] = code2[j];
-      head0[j] = head1[j];
-    }
-    row1 = row2;
-    row2 = row3;
-  }
-  int deepest = 0;
-#pragma unroll
-  for (int j = 0; j < J; ++j) deepest = max(deepest, level[j]);
-  return __reduce_max_sync(PlanConfig::kFullMask, deepest);
-}
-
-// Up to this P the trades run phase by phase (the rotations with a listed pair) without levels:
-// the level pass costs a step per such phase too (0.05-0.1 us on H200), so levels pay only where
-// they are far fewer than the phases (EP8: 12 phases, 10 levels; EP64: 85 phases, 12 levels).
-// Measured on 2026-12-01 with the pipelined level pass (levels + trades, µs, levels from P = 8
-// against this split): EP8 1.63 + 2.66 against 0.38 + 3.42, EP16 2.53 + 3.65 against 0.42 +
-// 5.79; planner EP8 19.87 / 20.29 against 19.26 / 19.10, EP16 26.91 / 27.42 against 26.82 /
-// 26.91 (two rounds each).
-inline constexpr int kPhaseStepMaxRanks = 24;
-static_assert(kPhaseStepMaxRanks <= 64, "the phase path gives each lane one pair slot");
-
-// Stage 4, scheduled path (one warp): levels (P > kPhaseStepMaxRanks), then trades. Out of line
-// (its own register allocation, apart from the kernel body's); the arrays come as shared-memory
-// word offsets (RepairView). levels_stamp (optional, profiling) gets the globaltimer after the
-// levels.
-inline __device__ __noinline__ void repair_scheduled(int P, int entry_at, int pair_head_at,
-                                                     int rank_code_at, int rotations_at,
-                                                     int pair_items_at, int level_table_at,
-                                                     int scalars_at, int lane,
-                                                     unsigned long long* levels_stamp) {
-  extern __shared__ int32_t smem[];
-  const RepairView view{P,
-                        reinterpret_cast<int2*>(smem + entry_at),
-                        smem + pair_head_at,
-                        smem + rank_code_at,
-                        smem + rotations_at,
-                        smem + pair_items_at,
-                        smem + level_table_at,
-                        smem + scalars_at};
-  const int active = list_rotations(view.scalars, view.rotations, lane);
-  const int num_pairs = (P + (P & 1)) / 2;
-  if (active == 0 || P <= kPhaseStepMaxRanks) {  // num_pairs <= 32: one slot per lane
-    if (levels_stamp != nullptr) *levels_stamp = global_timer();
-    if (active > 0)
-      trade_steps<1>(view, PhaseRows{view.pair_head, num_pairs, view.rotations, active}, 2 * active,
-                     lane);
-    return;
-  }
-  const int deepest = P <= 32   ? level_pairs<1>(view, view.rotations, active, num_pairs, lane)
-                      : P <= 64 ? level_pairs<2>(view, view.rotations, active, num_pairs, lane)
-                                : level_pairs<3>(view, view.rotations, active, num_pairs, lane);
-  if (levels_stamp != nullptr) *levels_stamp = global_timer();
-  if (P <= 32) {
-    trade_steps<1>(view, LevelRows{view.level_table, P}, deepest, lane);
-  } else if (P <= 64) {
-    trade_steps<2>(view, LevelRows{view.level_table, P}, deepest, lane);
-  } else {
-    trade_steps<3>(view, LevelRows{view.level_table, P}, deepest, lane);
   }
 }
 

@@ -20,6 +20,11 @@ struct PlanConfig {
 
 // Words of the stage-4 pair lists (plan_repair.cuh); plans that need more repair by phases.
 inline constexpr int kPairPoolWords = 4096;
+// Listed pairs (per round) that the node level pass takes, one per side thread
+// (plan_repair_schedule.cuh); plans with more get the rotation walk.
+inline constexpr int kMaxLevelNodes = (PlanConfig::kWarps - 1) * 32;
+// Words of the kernel's scalars (plan_detail::Scalar).
+inline constexpr int kScalarWords = 12;
 
 // Shared-memory layout of the plan kernel, in int32 words (made on the host, a kernel argument).
 // The arrays of one candidate placement (loads, broadcasts, quotas) form one block of
@@ -28,8 +33,8 @@ inline constexpr int kPairPoolWords = 4096;
 struct PlanSmem {
   int hist, candidates, home_load, load, expert_broadcast, b_expert, b_owner, b_level, b_begin,
       b_size, b_helper, b_mode, b_quota_offset, b_link, quota, buffer_words, order, entry, left,
-      spent, host_bits, level_table, zero_end, pair_head, rank_code, rotations, pair_items, scalars,
-      total;
+      spent, host_bits, list_bits, level_table, zero_end, pair_head, rank_code, rotations,
+      pair_items, level_nodes, level_bytes, scalars, total;
 
   static PlanSmem make(int P, int E, int C, int max_broadcasts, int S, bool iser = false) {
     PlanSmem s{};
@@ -70,13 +75,16 @@ struct PlanSmem {
     const int ring_size = seats - 1;
     const int num_pairs = seats / 2;
     s.host_bits = take(P * ((max_broadcasts + 31) / 32));
+    s.list_bits = take(3 * P);  // <= 71 rotations
     s.level_table = take((2 * ring_size + 2) * P);
     s.zero_end = at;
     s.pair_head = take(ring_size * num_pairs);
     s.rank_code = take(ring_size * P);
     s.rotations = take(ring_size);
     s.pair_items = take(kPairPoolWords);
-    s.scalars = take(8);
+    s.level_nodes = take(kMaxLevelNodes);
+    s.level_bytes = take((2 * (2 * kMaxLevelNodes + 4) + 3) / 4);  // 2 buffers, a byte per node
+    s.scalars = take(kScalarWords);
     s.total = at;
     return s;
   }
@@ -92,15 +100,20 @@ struct PlanSmem {
 namespace plan_detail {
 
 // kPoolTopWord: words of pair_items taken (stage 4); kPhaseBitsWord ..: a bit per circle-method
-// rotation with at least one trading pair (<= 71 rotations: three words).
+// rotation with at least one trading pair (<= 71 rotations: three words); kNodeCountWord: listed
+// pairs numbered for the node level pass; kDeepestWord: its deepest level.
 enum Scalar {
   kStatusWord,
   kTargetWord,
   kNumBroadcastsWord,
   kTotalWord,
   kPoolTopWord,
-  kPhaseBitsWord
+  kPhaseBitsWord,
+  kNodeCountWord = kPhaseBitsWord + 3,
+  kDeepestWord,
+  kNumScalarWords
 };
+static_assert(kNumScalarWords <= kScalarWords, "PlanSmem::scalars holds every scalar");
 
 __device__ __forceinline__ unsigned long long global_timer() {
   unsigned long long t;
@@ -188,10 +201,13 @@ struct State {
   int32_t* spent;  // iser: [E] 1 when no group had room for the expert
   // Stage 4 schedule (plan_repair.cuh).
   uint32_t* host_bits;   // [P][ceil(max_broadcasts / 32)] sorted positions a rank hosts
+  uint32_t* list_bits;   // [P][3] rotations in which the rank's pair is listed (level pass)
   int32_t* level_table;  // [2 * ring_size + 2][P] head of the level's pair with receiver a, 0
   int32_t* pair_head;    // [ring_size][num_pairs] offset | n << 16 of a pair's list, 0 = none
   int32_t* rank_code;    // [ring_size][P] each rank's pair per rotation (plan_repair.cuh: RankCode)
   int32_t* pair_items;   // [kPairPoolWords] compact quota indices ia | id << 16
+  int32_t* level_nodes;  // [kMaxLevelNodes] listed pair i's NodeCode (node level pass)
+  uint8_t* level_bytes;  // [2][2 * kMaxLevelNodes + 4] node levels (node level pass)
   int buffer_words;
 
   // Moves the views of one candidate placement's arrays (loads, broadcasts, quotas) by `delta`
