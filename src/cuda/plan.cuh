@@ -7,7 +7,8 @@
 //
 // Stages and who runs them:
 //   1 hist, loads, T                    all threads: column sums in registers, coalesced
-//     candidates                        one warp per owner: one ranking pass (H <= 64) or C
+//     candidates                        one warp per owner: C max rounds over packed keys (H <=
+//                                       96, C <= 8), one ranking pass (H <= 64) or C
 //                                       warp-argmax rounds
 //   2 placement (sequential passes)     warp 0, per-rank state in registers (P <= 72: <= 3
 //                                       ranks per lane); every choice a warp reduction
@@ -158,9 +159,14 @@ __device__ __forceinline__ void plan_cta(const PlanParams& p, const PlanSmem& la
     st.scalars[kTargetWord] = total / P + (total % P != 0 ? 1 : 0);
   }
   // Per owner (one warp each): its home load, and its candidates = its first C home experts by
-  // (hist desc, id asc). H <= 64: each lane ranks its (at most two) experts against all H in one
-  // pass (ranks are a permutation, so ranks 0 .. C-1 fill every slot); otherwise C warp-argmax
-  // rounds, each the best below the previous pick. hist >= 0 whenever the plan is used.
+  // (hist desc, id asc). H <= 96 and C <= 8: C rounds of one warp max over packed keys (hist << 7
+  // | 127 - i: distinct, larger for a larger hist and then a smaller id; 0 for no expert), the
+  // winner's key cleared after each; H <= 64 otherwise: each lane ranks its (at most two) experts
+  // against all H in one pass (ranks are a permutation, so ranks 0 .. C-1 fill every slot);
+  // otherwise C warp-argmax rounds, each the best below the previous pick. hist >= 0 whenever
+  // the plan is used.
+  // NOTE: the packed keys fit 32 bits: hist <= P * max_count < 72 * 2^18 < 2^25 whenever the
+  // counts are not rejected (and with rejected counts only the plan's status is used).
 #pragma unroll 1
   for (int o = warp; o < P; o += PlanConfig::kWarps) {
     const int32_t* home = st.hist + o * H;
@@ -171,6 +177,23 @@ __device__ __forceinline__ void plan_cta(const PlanParams& p, const PlanSmem& la
     if (lane == 0) {
       st.load[o] = sum;
       st.home_load[o] = sum;
+    }
+    if (H <= 96 && C <= 8) {
+      unsigned key[3];
+#pragma unroll
+      for (int k = 0; k < 3; ++k) {
+        const int i = lane + 32 * k;
+        key[k] = i < H ? static_cast<unsigned>(home[i]) << 7 | static_cast<unsigned>(127 - i) : 0u;
+      }
+#pragma unroll 1
+      for (int c = 0; c < C; ++c) {
+        const unsigned best =
+            __reduce_max_sync(PlanConfig::kFullMask, max(key[0], max(key[1], key[2])));
+#pragma unroll
+        for (int k = 0; k < 3; ++k) key[k] = key[k] == best ? 0u : key[k];
+        if (lane == 0) st.candidates[o * C + c] = o * H + 127 - static_cast<int>(best & 127u);
+      }
+      continue;
     }
     if (H <= 64) {
       const int i0 = lane;
