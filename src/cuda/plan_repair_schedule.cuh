@@ -109,19 +109,6 @@ __device__ __forceinline__ int level_pairs(const RepairView& st, const int32_t* 
   return __reduce_max_sync(PlanConfig::kFullMask, deepest);
 }
 
-// bar.red.or on named barrier `id` of num_threads threads (a multiple of 32): whether any of them
-// passed true.
-__device__ __forceinline__ bool named_barrier_or(int id, int num_threads, bool value) {
-  int any;
-  asm volatile(
-      "{\n\t.reg .pred p, q;\n\tsetp.ne.s32 p, %3, 0;\n\tbar.red.or.pred q, %1, %2, p;\n\t"
-      "selp.s32 %0, 1, 0, q;\n\t}"
-      : "=r"(any)
-      : "r"(id), "r"(num_threads), "r"(value ? 1 : 0)
-      : "memory");
-  return any != 0;
-}
-
 // The last rotation below `rot` in which a rank's pair is listed (its list_bits, three words),
 // -1 for none.
 __device__ __forceinline__ int last_listed_below(const uint32_t* bits, int rot) {
@@ -155,9 +142,9 @@ __device__ __forceinline__ void level_pass_parallel(const State& st, int t, int 
   const bool mine = t < num_nodes;
   // Byte n of a buffer is node n's level; byte kNone stays 0 and stands for "no predecessor".
   constexpr int kNone = 2 * kMaxLevelNodes;
-  constexpr int kBufferBytes = 2 * kMaxLevelNodes + 4;
+  static_assert(kNone < kLevelBufferBytes, "a buffer holds both rounds and the kNone byte");
   uint8_t* const buffer0 = st.level_bytes;
-  uint8_t* const buffer1 = st.level_bytes + kBufferBytes;
+  uint8_t* const buffer1 = st.level_bytes + kLevelBufferBytes;
   // Predecessors of node t (by a, by d) and of node num_nodes + t.
   int pred[4] = {kNone, kNone, kNone, kNone};
   const NodeCode node = {mine ? st.level_nodes[t] : 0};

@@ -23,6 +23,8 @@ inline constexpr int kPairPoolWords = 4096;
 // Listed pairs (per round) that the node level pass takes, one per side thread
 // (plan_repair_schedule.cuh); plans with more get the rotation walk.
 inline constexpr int kMaxLevelNodes = (PlanConfig::kWarps - 1) * 32;
+// Bytes of one of its two level buffers: both rounds' nodes and a zero byte ("no predecessor").
+inline constexpr int kLevelBufferBytes = 2 * kMaxLevelNodes + 4;
 // Words of the kernel's scalars (plan_detail::Scalar).
 inline constexpr int kScalarWords = 12;
 
@@ -83,7 +85,7 @@ struct PlanSmem {
     s.rotations = take(ring_size);
     s.pair_items = take(kPairPoolWords);
     s.level_nodes = take(kMaxLevelNodes);
-    s.level_bytes = take((2 * (2 * kMaxLevelNodes + 4) + 3) / 4);  // 2 buffers, a byte per node
+    s.level_bytes = take((2 * kLevelBufferBytes + 3) / 4);  // two buffers, a byte per node
     s.scalars = take(kScalarWords);
     s.total = at;
     return s;
@@ -127,6 +129,19 @@ __device__ __forceinline__ void prefetch_l2(const void* address) {
 
 __device__ __forceinline__ void named_barrier(int id, int num_threads) {
   asm volatile("bar.sync %0, %1;" ::"r"(id), "r"(num_threads) : "memory");
+}
+
+// bar.red.or on named barrier `id` of num_threads threads (a multiple of 32): whether any of them
+// passed true.
+__device__ __forceinline__ bool named_barrier_or(int id, int num_threads, bool value) {
+  int any;
+  asm volatile(
+      "{\n\t.reg .pred p, q;\n\tsetp.ne.s32 p, %3, 0;\n\tbar.red.or.pred q, %1, %2, p;\n\t"
+      "selp.s32 %0, 1, 0, q;\n\t}"
+      : "=r"(any)
+      : "r"(id), "r"(num_threads), "r"(value ? 1 : 0)
+      : "memory");
+  return any != 0;
 }
 
 // Inclusive scan over the lanes; only lanes [0, num_items) need to be exact. A num_items known
@@ -207,7 +222,7 @@ struct State {
   int32_t* rank_code;    // [ring_size][P] each rank's pair per rotation (plan_repair.cuh: RankCode)
   int32_t* pair_items;   // [kPairPoolWords] compact quota indices ia | id << 16
   int32_t* level_nodes;  // [kMaxLevelNodes] listed pair i's NodeCode (node level pass)
-  uint8_t* level_bytes;  // [2][2 * kMaxLevelNodes + 4] node levels (node level pass)
+  uint8_t* level_bytes;  // [2][kLevelBufferBytes] node levels (node level pass)
   int buffer_words;
 
   // Moves the views of one candidate placement's arrays (loads, broadcasts, quotas) by `delta`
