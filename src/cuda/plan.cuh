@@ -387,8 +387,10 @@ __device__ __forceinline__ void plan_cta(const PlanParams& p, const PlanSmem& la
       const int diag = min(c, q);
       const int supply = c - diag;
       const int demand = q - diag;
-      const int supply_incl = warp_inclusive_scan(supply, lane, P - base);
-      const int demand_incl = warp_inclusive_scan(demand, lane, P - base);
+      int incl[2] = {supply, demand};  // both scans in one chain
+      warp_inclusive_scans(incl, lane, P - base);
+      const int supply_incl = incl[0];
+      const int demand_incl = incl[1];
       if (r < P) {
         const int64_t at = static_cast<int64_t>(b) * P + r;
         plan[out.quotas() + at] = q;

@@ -14,8 +14,8 @@
 //     owner's cursor moves by selects (no divergent load);
 //   - tests the group's acceptance without short-circuit branches, in one reduction
 //     (choose_group_lane, which place_ranks shares);
-//   - reads one shuffled word per member in the coldest-first fill ((L << 7 | rank): its cap and
-//     membership follow from it).
+//   - reads the members' words (L << 7 | rank) for the coldest-first fill from shared memory,
+//     four per 16-byte load (a member's cap and order follow from its word).
 // Placement at EP4 / 8 / 16 / 32: 1.92 / 5.09 / 9.73 / 18.75 -> 1.60 / 3.94 / 7.65 / 14.11 us.
 // The decisions are those of place_ranks (same owner, group, quotas, ties, pass budget and
 // overflow checks); the GpuPlanner tests compare both against the CPU planner.
@@ -60,6 +60,7 @@ __device__ __forceinline__ int place_lanes(const State& st, const PlanParams& p,
   int num_broadcasts = 0;
   int quota_used = 0;
   const int max_passes = P * (C + 2);
+  alignas(16) __shared__ unsigned fill_words[32];  // the coldest-first fill's (L << 7 | rank)
 #pragma unroll 1
   for (int pass = 0; pass < max_passes; ++pass) {
     // Owner: the live rank with the largest L above the water, ties to the lowest rank.
@@ -107,15 +108,30 @@ __device__ __forceinline__ int place_lanes(const State& st, const PlanParams& p,
     const int cap = in_group && !is_owner && load < water ? water - load : 0;
     int take = cap;
     if (!g.full) {
-      // Member m's cap follows from its (L << 7 | m): water - L if m != o and L < water.
+      // Member m's cap follows from its word (L << 7 | m): water - L if L < water.
+      // NOTE: the owner's cap is 0 without a test: its L is above the water (the owner choice).
+      // The words go through shared memory, four members per 16-byte load (an aligned group of
+      // four or more starts at a multiple of 4), not a dependent shuffle per member.
       const unsigned order = static_cast<unsigned>(load) << 7 | static_cast<unsigned>(lane);
+      __syncwarp();  // the previous fill's reads are done
+      fill_words[lane] = order;
+      __syncwarp();
+      auto cap_before = [&](unsigned word, int m) {
+        const int load2 = static_cast<int>(word >> 7);
+        return m >= begin && m < begin + size && word < order && load2 < water ? water - load2 : 0;
+      };
       int before = 0;
-#pragma unroll 4
-      for (int j = 0; j < size; ++j) {
-        const unsigned order2 = __shfl_sync(PlanConfig::kFullMask, order, begin + j);
-        const int load2 = static_cast<int>(order2 >> 7);
-        const int cap2 = begin + j != o && load2 < water ? water - load2 : 0;
-        before += order2 < order ? cap2 : 0;
+      auto add_four = [&](int j) {
+        const uint4 w = *reinterpret_cast<const uint4*>(fill_words + j);
+        before += (cap_before(w.x, j) + cap_before(w.y, j + 1)) +
+                  (cap_before(w.z, j + 2) + cap_before(w.w, j + 3));
+      };
+      if constexpr (kSteps <= 3) {  // P <= 8: both loads, no loop
+#pragma unroll
+        for (int j = 0; j < 1 << kSteps; j += 4) add_four(j);
+      } else {
+#pragma unroll 2
+        for (int j = begin & ~3; j < begin + size; j += 4) add_four(j);
       }
       take = min(cap, max(0, give - before));
     }

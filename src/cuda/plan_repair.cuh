@@ -376,7 +376,8 @@ __device__ __forceinline__ void build_pair_lists(const State& st, int B, int t, 
       }
     }
 #pragma unroll
-    for (int j = 0; j < 3; ++j) {  // <= 71 rotations
+    for (int j = 0; j < 3; ++j) {      // <= 71 rotations, a word per 32
+      if (32 * j >= seats - 1) break;  // CTA-uniform: one word up to P = 32
       const unsigned bits =
           __reduce_or_sync(PlanConfig::kFullMask, listed && rot / 32 == j ? 1u << (rot % 32) : 0u);
       if (lane == 0 && bits != 0) {

@@ -144,17 +144,30 @@ __device__ __forceinline__ bool named_barrier_or(int id, int num_threads, bool v
   return any != 0;
 }
 
-// Inclusive scan over the lanes; only lanes [0, num_items) need to be exact. A num_items known
-// at compile time leaves no test in the unrolled steps.
-template <typename T>
-__device__ __forceinline__ T warp_inclusive_scan(T v, int lane, int num_items = 32) {
+// K inclusive scans over the lanes at once, in place; only lanes [0, num_items) need to be exact.
+// The K shuffles of a step are independent, so K scans cost one scan's chain (two scans called
+// one after the other do not interleave when num_items is a run-time value: each step is a
+// branch). A num_items known at compile time leaves no test in the unrolled steps.
+template <typename T, int K>
+__device__ __forceinline__ void warp_inclusive_scans(T (&v)[K], int lane, int num_items = 32) {
 #pragma unroll
   for (int d = 1; d < 32; d <<= 1) {
     if (d >= num_items) break;
-    const T n = __shfl_up_sync(PlanConfig::kFullMask, v, d);
-    if (lane >= d) v += n;
+    T n[K];
+#pragma unroll
+    for (int k = 0; k < K; ++k) n[k] = __shfl_up_sync(PlanConfig::kFullMask, v[k], d);
+    if (lane >= d) {
+#pragma unroll
+      for (int k = 0; k < K; ++k) v[k] += n[k];
+    }
   }
-  return v;
+}
+
+template <typename T>
+__device__ __forceinline__ T warp_inclusive_scan(T v, int lane, int num_items = 32) {
+  T values[1] = {v};
+  warp_inclusive_scans(values, lane, num_items);
+  return values[0];
 }
 
 // Stage 1 column sums of the counts [P][E] into hist (zeroed), V = int or int4 (E % 4 == 0).
