@@ -275,7 +275,7 @@ int main(int argc, char** argv) {
   unsigned long long* timer = nullptr;
   constexpr int kTimerSlots = kGpuPlanTimerSlots + kGpuRewriteTimerSlots;
   BENCH_CUDA(cudaMalloc(&timer, kTimerSlots * sizeof(unsigned long long)));
-  BENCH_CUDA(cudaMemset(timer, 0, kTimerSlots * sizeof(unsigned long long)));
+  BENCH_CUDA(cudaMemsetAsync(timer, 0, kTimerSlots * sizeof(unsigned long long), stream));
 
   std::string json = "[";
   bool all_ok = true;
@@ -328,10 +328,13 @@ int main(int argc, char** argv) {
         BENCH_CUDA(cudaMalloc(&d_fused_plan[i], sizeof(int32_t) * planners[i].plan_words()));
         BENCH_CUDA(cudaMalloc(&d_fused_slots[i], sizeof(int32_t) * n));
         BENCH_CUDA(cudaMalloc(&d_row[i], sizeof(int32_t) * args.experts));
-        BENCH_CUDA(cudaMemcpy(d_counts[i], counts[i].data().data(),
-                              sizeof(int32_t) * P * args.experts, cudaMemcpyHostToDevice));
-        BENCH_CUDA(cudaMemcpy(d_ids[i], ids[i].data() + static_cast<size_t>(rank) * n,
-                              sizeof(int32_t) * n, cudaMemcpyHostToDevice));
+        // NOTE: on `stream`, the non-blocking stream that count() uses next: a cudaMemcpy (legacy
+        // stream) may return before its DMA lands, and nothing orders the count kernel after it.
+        BENCH_CUDA(cudaMemcpyAsync(d_counts[i], counts[i].data().data(),
+                                   sizeof(int32_t) * P * args.experts, cudaMemcpyHostToDevice,
+                                   stream));
+        BENCH_CUDA(cudaMemcpyAsync(d_ids[i], ids[i].data() + static_cast<size_t>(rank) * n,
+                                   sizeof(int32_t) * n, cudaMemcpyHostToDevice, stream));
         planners[i].count(d_ids[i], args.tokens, args.top_k, d_row[i], stream);
       }
       BENCH_CUDA(cudaStreamSynchronize(stream));

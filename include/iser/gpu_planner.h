@@ -125,7 +125,8 @@ struct GpuPlanLayout {
 // Host copy of a device plan (plan_words = GpuPlanLayout::total_words() words) as an iser::Plan
 // (resident = false). Throws iser::Error when the words' header does not match the layout.
 Plan plan_from_words(const GpuPlanLayout& layout, std::span<const int32_t> plan_words);
-// Synchronous device -> host copy of one plan (tests, tools; not for the hot path).
+// Synchronous device -> host copy of one plan (tests, tools; not for the hot path). The copy is on
+// the default stream: synchronise a non-blocking stream that wrote the plan first.
 Plan download_plan(const GpuPlanLayout& layout, const int32_t* device_plan);
 uint32_t download_plan_status(const int32_t* device_plan);
 
@@ -133,7 +134,8 @@ class GpuPlanner {
  public:
   // max_routes_per_rank: largest tau * k one row of count()/rewrite() carries; max_rows: most
   // rows (ranks x invocations) one count()/rewrite_all() call handles. Throws iser::Error when
-  // the topology or the routes are beyond the limits above.
+  // the topology or the routes are beyond the limits above. Returns with its device state
+  // initialised (it waits for its own set-up on the default stream), so any stream may use it.
   GpuPlanner(const Topology& topo, int max_routes_per_rank, const GpuPlannerOptions& options = {},
              int max_rows = 1);
   ~GpuPlanner();
@@ -184,7 +186,9 @@ class GpuPlanner {
   // Sticky device error word of count()/rewrite() (GpuStatus bits; the plans carry their own).
   uint32_t* error_word() const;
   void clear_errors(CUstream_st* stream);
-  uint32_t read_errors() const;  // synchronous (tests, tools)
+  // Synchronous (tests, tools): a copy on the default stream, which does not wait for a
+  // non-blocking stream; synchronise the stream of the kernels first.
+  uint32_t read_errors() const;
 
   // Optional profiling: CTA 0 of plan() writes kGpuPlanTimerSlots device globaltimer values (ns)
   // to this device array: start, after stage 1, after placement, after the repair set-up and

@@ -314,6 +314,11 @@ GpuPlanner::GpuPlanner(const Topology& topo, int max_routes_per_rank,
       d.fused_sync = DeviceArray<uint32_t>(cuda::plan_rewrite_sync_words(max_rows));
       ISER_CUDA_CHECK(cudaMemset(d.fused_sync.get(), 0, d.fused_sync.size() * sizeof(uint32_t)));
     }
+    // NOTE: cudaMemset runs on the default stream and may return before it lands; nothing orders
+    // a caller's non-blocking stream after it. Without this wait, a count() issued right after
+    // construction could draw tickets that the zeroing then overwrites (a row's counts never
+    // written), or have its error bits cleared. Set-up only: no call below waits on the host.
+    ISER_CUDA_CHECK(cudaStreamSynchronize(nullptr));
   } catch (...) {
     delete impl_;
     throw;

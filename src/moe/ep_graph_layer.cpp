@@ -389,9 +389,11 @@ GraphEpMoeLayer::GraphEpMoeLayer(const LayerConfig& config, Runtime& runtime, nc
                cuda::GraphSelectConfig::kMaxBuckets);
     s.slot_total = DeviceBuffer(d.slots_per_rank * sizeof(int32_t));
   }
-  ISER_CUDA_CHECK(cudaMemset(s.ids.get(), 0xff, s.ids.bytes()));
+  // NOTE: the set-up's zeroing is on s.main, which the set-up synchronises at its end: a
+  // cudaMemset (default stream) is not ordered before the non-blocking streams' kernels.
+  ISER_CUDA_CHECK(cudaMemsetAsync(s.ids.get(), 0xff, s.ids.bytes(), s.main));
   for (DeviceBuffer* buf : {&s.input, &s.weights, &s.x_expert, &s.error_word}) {
-    ISER_CUDA_CHECK(cudaMemset(buf->get(), 0, buf->bytes()));
+    ISER_CUDA_CHECK(cudaMemsetAsync(buf->get(), 0, buf->bytes(), s.main));
   }
 
   if (options.balance) {
@@ -411,7 +413,7 @@ GraphEpMoeLayer::GraphEpMoeLayer(const LayerConfig& config, Runtime& runtime, nc
     s.slot_expert = DeviceBuffer(std::max(1, topo.num_ranks * topo.num_slots) * sizeof(int32_t));
     s.fallback_slots = DeviceBuffer(sizeof(uint32_t));
     for (DeviceBuffer* buf : {&s.plan, &s.num_ops, &s.fallback_slots}) {
-      ISER_CUDA_CHECK(cudaMemset(buf->get(), 0, buf->bytes()));
+      ISER_CUDA_CHECK(cudaMemsetAsync(buf->get(), 0, buf->bytes(), s.main));
     }
     // The refill's sources and destinations are fixed: home slots at the same offset of every
     // rank's symmetric region, and this rank's helper slots of the only bank.

@@ -394,7 +394,9 @@ EpMoeLayer::EpMoeLayer(const LayerConfig& config, Runtime& runtime, ncclComm* co
                "ep layer: the GPU plan may hold {} broadcasts; the copy list holds at most {}",
                s.block.max_ops, kMaxLocalCopyOps);
     s.plan_block = DeviceBuffer(static_cast<size_t>(s.block.total_words) * sizeof(int32_t));
-    ISER_CUDA_CHECK(cudaMemset(s.plan_block.get(), 0, s.plan_block.bytes()));
+    // On s.copy, the stream of the plan below: a cudaMemset (default stream) is not ordered
+    // before a non-blocking stream's kernels.
+    ISER_CUDA_CHECK(cudaMemsetAsync(s.plan_block.get(), 0, s.plan_block.bytes(), s.copy));
     ISER_CUDA_CHECK(cudaMallocHost(&s.block_host, s.plan_block.bytes()));
     ISER_CUDA_CHECK(cudaStreamCreateWithPriority(&s.readback, cudaStreamNonBlocking, greatest));
     // NOTE: one plan of the zeroed block (no broadcasts) loads the planner and copy-list kernels
@@ -524,8 +526,10 @@ LayerInvocationStats EpMoeLayer::forward(const void* input, std::span<const int3
     ops = make_copy_list(stats.plan);
     validate_copy_list(s.runtime->config(), ops);
     if (!ops.empty()) {
-      ISER_CUDA_CHECK(
-          cudaMemcpy(s.ops.get(), ops.data(), ops.size() * sizeof(CopyOp), cudaMemcpyHostToDevice));
+      // On s.copy, the replication's stream: a cudaMemcpy (default stream) may return before its
+      // DMA lands, and nothing would order the replicate kernel after it.
+      ISER_CUDA_CHECK(cudaMemcpyAsync(s.ops.get(), ops.data(), ops.size() * sizeof(CopyOp),
+                                      cudaMemcpyHostToDevice, s.copy));
     }
     if (s.copy_hook) s.copy_hook(s.copy);
     ++s.generation;

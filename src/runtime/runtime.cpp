@@ -28,7 +28,9 @@ std::vector<T> all_gather(ncclComm* comm, const T& mine, int num_ranks) {
   cudaStream_t stream = nullptr;
   try {
     ISER_CUDA_CHECK(cudaStreamCreateWithFlags(&stream, cudaStreamNonBlocking));
-    ISER_CUDA_CHECK(cudaMemcpy(device, &mine, sizeof(T), cudaMemcpyHostToDevice));
+    // On `stream`: a cudaMemcpy (default stream) may return before its DMA lands, and nothing
+    // would order the non-blocking stream's all-gather after it.
+    ISER_CUDA_CHECK(cudaMemcpyAsync(device, &mine, sizeof(T), cudaMemcpyHostToDevice, stream));
     ISER_NCCL_CHECK(ncclAllGather(device, device + sizeof(T), sizeof(T), ncclChar, comm, stream));
     ISER_CUDA_CHECK(cudaStreamSynchronize(stream));
     ISER_CUDA_CHECK(
@@ -69,6 +71,8 @@ std::unique_ptr<Runtime> Runtime::logical(const RuntimeConfig& config) {
   for (int r = 0; r < config.num_ranks; ++r) rt->peer_bases_[r] = rt->local_base_ + r * stride;
   ISER_CUDA_CHECK(cudaMemcpy(rt->device_peer_bases_, rt->peer_bases_.data(),
                              sizeof(char*) * config.num_ranks, cudaMemcpyHostToDevice));
+  // Landed before any stream's kernel reads it (a pageable copy may return before its DMA ends).
+  ISER_CUDA_CHECK(cudaStreamSynchronize(nullptr));
   const runtime::StagingLayout staging = runtime::make_staging_layout(config);
   if (staging.capacity > 0) rt->staging_ = HostStaging::allocate(staging.total());
   return rt;
@@ -132,6 +136,8 @@ void Runtime::map_peers() {
   }
   ISER_CUDA_CHECK(cudaMemcpy(device_peer_bases_, peer_bases_.data(), sizeof(char*) * num_ranks,
                              cudaMemcpyHostToDevice));
+  // Landed before any stream's kernel reads it (a pageable copy may return before its DMA ends).
+  ISER_CUDA_CHECK(cudaStreamSynchronize(nullptr));
   map_staging();
   // Every rank has mapped every peer before anyone returns (a barrier over the all-gather).
   (void)all_gather(comm_, int32_t{1}, num_ranks);

@@ -66,6 +66,8 @@ struct DeviceBuffer {
   DeviceBuffer& operator=(const DeviceBuffer&) = delete;
   void upload(const std::vector<T>& v) {
     ISER_CUDA_CHECK(cudaMemcpy(ptr, v.data(), v.size() * sizeof(T), cudaMemcpyHostToDevice));
+    // Landed before a non-blocking stream's kernel reads it (the copy may return before its DMA).
+    ISER_CUDA_CHECK(cudaStreamSynchronize(nullptr));
   }
   std::vector<T> download(size_t n) const {
     std::vector<T> v(n);

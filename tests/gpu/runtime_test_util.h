@@ -61,6 +61,8 @@ inline void fill_homes(Runtime& rt) {
       }
     }
   }
+  // A pageable cudaMemcpy may return before its DMA lands; the tests' streams are non-blocking.
+  ASSERT_EQ(cudaDeviceSynchronize(), cudaSuccess);
 }
 
 inline void poison_helpers(Runtime& rt) {
@@ -203,6 +205,8 @@ class DeviceVector {
     EXPECT_LE(host.size(), n_);
     EXPECT_EQ(cudaMemcpy(ptr_, host.data(), sizeof(T) * host.size(), cudaMemcpyHostToDevice),
               cudaSuccess);
+    // Landed before a non-blocking stream's kernel reads it (the copy may return before its DMA).
+    EXPECT_EQ(cudaStreamSynchronize(nullptr), cudaSuccess);
   }
   std::vector<T> download() const {
     std::vector<T> host(n_);
