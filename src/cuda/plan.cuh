@@ -324,6 +324,9 @@ __device__ __forceinline__ void plan_cta(const PlanParams& p, const PlanSmem& la
     }
     named_barrier(2, num_side_warps * 32);
     stamp(3, 32 * first_warp);
+    // By phases: the default below kGpuScheduledRepairMinRanks, and the fallback when the pair
+    // lists overflow (one call site: the phase loop is inlined once).
+    bool by_phases = B >= 2 && !p.scheduled_repair;
     if (B >= 2 && p.scheduled_repair) {
       build_pair_lists(st, B, tid - 32 * first_warp, num_side_warps * 32);
       named_barrier(2, num_side_warps * 32);
@@ -343,17 +346,13 @@ __device__ __forceinline__ void plan_cta(const PlanParams& p, const PlanSmem& la
                            stamps ? p.timer + 5 : nullptr);
         }
       } else {
-        stamp(5, 32 * first_warp);
-        repair_by_phases(st, B, side_warp, num_side_warps, lane);
+        by_phases = true;  // side-warp-uniform: every side warp read the same pool top
       }
-    } else if (B >= 2) {
-      stamp(4, 32 * first_warp);
-      stamp(5, 32 * first_warp);
-      repair_by_phases(st, B, side_warp, num_side_warps, lane);
     } else {
       stamp(4, 32 * first_warp);
-      stamp(5, 32 * first_warp);
     }
+    if (by_phases || B < 2) stamp(5, 32 * first_warp);
+    if (by_phases) repair_by_phases(st, B, side_warp, num_side_warps, lane);
     stamp(6, 32 * first_warp);
     // NOTE: the block barrier below orders every trade before the output stage. The side warps
     // also meet here first because compute-sanitizer racecheck otherwise reports hazards between

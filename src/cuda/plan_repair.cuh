@@ -64,12 +64,7 @@ __device__ __forceinline__ void warp_trade(int2* entry, int num_items, int lane,
 
 // Fallback, one trade (one warp): receiver a takes spare quota of donor d for its own routes and
 // releases as much of its own spare quota to d, over the broadcasts both host, in expert order.
-// General path (B > 32 * kRepairChunks, rare): out of line to keep the kernel's code small.
-// NOTE: State goes by value: by reference its address escapes, so every thread of the kernel
-// would store the whole State to local memory at start (240 bytes, 30 STL.64 per thread, on
-// the planner's critical path) for a call that almost never happens.
-inline __device__ __noinline__ void trade(const State st, int num_broadcasts, int a, int d,
-                                          int lane) {
+__device__ __forceinline__ void trade(const State& st, int num_broadcasts, int a, int d, int lane) {
   warp_trade(st.entry, num_broadcasts, lane, [&](int k, int& ia, int& id, int& pull, int& give) {
     ia = -1;
     id = -1;
@@ -88,6 +83,20 @@ inline __device__ __noinline__ void trade(const State st, int num_broadcasts, in
     pull = min(max(0, a.x - a.y), max(0, d.y - d.x));
     give = max(0, a.y - a.x);
   });
+}
+
+// Both directions of pair (a, d) by trade(): the general path (B > 32 * kRepairChunks, rare), out
+// of line to keep the kernel's code small, and one call for both directions because every call
+// site copies the State.
+// NOTE: State goes by value: by reference its address escapes, so every thread of the kernel
+// would store the whole State to local memory at start (240 bytes, 30 STL.64 per thread, on
+// the planner's critical path) for a call that almost never happens. The copy is made at the
+// call site instead (~140 instructions there, none of them executed unless the call is).
+inline __device__ __noinline__ void trade_pair(const State st, int num_broadcasts, int a, int d,
+                                               int lane) {
+  trade(st, num_broadcasts, a, d, lane);
+  __syncwarp();
+  trade(st, num_broadcasts, d, a, lane);
 }
 
 // Fallback register path (B <= 32 * kRepairChunks): lane k of chunk j holds sorted broadcast
@@ -261,9 +270,7 @@ __device__ __forceinline__ void repair_by_phases(const State& st, int B, int sid
       } else if (in_registers) {
         trade_pair_registers<kRepairChunks>(st, lanes, B, a, d, lane);
       } else {
-        trade(st, B, a, d, lane);
-        __syncwarp();
-        trade(st, B, d, a, lane);
+        trade_pair(st, B, a, d, lane);
       }
     }
     named_barrier(1, repair_warps * 32);
