@@ -126,7 +126,9 @@ struct World {
 
 double reduce_over_ranks(World& w, double v, ncclRedOp_t op) {
   double host = v;
-  BENCH_CUDA(cudaMemcpy(w.scratch, &host, sizeof(host), cudaMemcpyHostToDevice));
+  // NOTE: host -> device copies and zeroing go on w.stream (non-blocking): a cudaMemcpy on the
+  // default stream may return before its DMA lands, and nothing would order w.stream after it.
+  BENCH_CUDA(cudaMemcpyAsync(w.scratch, &host, sizeof(host), cudaMemcpyHostToDevice, w.stream));
   BENCH_NCCL(ncclAllReduce(w.scratch, w.scratch, 1, ncclDouble, op, w.comm->get(), w.stream));
   BENCH_CUDA(cudaStreamSynchronize(w.stream));
   BENCH_CUDA(cudaMemcpy(&host, w.scratch, sizeof(host), cudaMemcpyDeviceToHost));
@@ -295,8 +297,8 @@ void run_transport(World& w, const Options& o, Runtime& rt, const std::string& s
                    const std::vector<CopyOp>& ops, CopyOp* device_ops, Finish&& finish) {
   const int64_t total = bytes * num_bundles;
   const Transport t = iser::transport_from_string(name);
-  BENCH_CUDA(
-      cudaMemcpy(device_ops, ops.data(), sizeof(CopyOp) * ops.size(), cudaMemcpyHostToDevice));
+  BENCH_CUDA(cudaMemcpyAsync(device_ops, ops.data(), sizeof(CopyOp) * ops.size(),
+                             cudaMemcpyHostToDevice, w.stream));
   if (t == Transport::kCopyEngine) {
     clear_banks(w, rt);
     uint64_t generation = rt.last_generation(0);
@@ -413,7 +415,7 @@ std::vector<NcclVariant> make_nccl_variants(World& w) {
       if (w.rank == 0) BENCH_NCCL(ncclGetUniqueId(&id));
       char* device_id = nullptr;
       BENCH_CUDA(cudaMalloc(&device_id, sizeof(id)));
-      BENCH_CUDA(cudaMemcpy(device_id, &id, sizeof(id), cudaMemcpyHostToDevice));
+      BENCH_CUDA(cudaMemcpyAsync(device_id, &id, sizeof(id), cudaMemcpyHostToDevice, w.stream));
       BENCH_NCCL(
           ncclBroadcast(device_id, device_id, sizeof(id), ncclChar, 0, w.comm->get(), w.stream));
       BENCH_CUDA(cudaStreamSynchronize(w.stream));
@@ -491,7 +493,7 @@ void run_latency(World& w, const Options& o) {
     int32_t* matrix = nullptr;
     BENCH_CUDA(cudaMalloc(&rows, 4 * c.num_experts));
     BENCH_CUDA(cudaMalloc(&matrix, 4 * c.num_experts * c.num_ranks));
-    BENCH_CUDA(cudaMemset(rows, 0, 4 * c.num_experts));
+    BENCH_CUDA(cudaMemsetAsync(rows, 0, 4 * c.num_experts, w.stream));
     const double us = time_median_us(w, 20, iters, [&](int i) {
       rt.exchange_counts(rows, matrix, static_cast<uint64_t>(i + 1), w.stream);
     });
@@ -550,7 +552,7 @@ void run_latency(World& w, const Options& o) {
     int32_t* matrix = nullptr;
     BENCH_CUDA(cudaMalloc(&rows, 4 * c.num_experts * p));
     BENCH_CUDA(cudaMalloc(&matrix, 4 * c.num_experts * p * p));
-    BENCH_CUDA(cudaMemset(rows, 0, 4 * c.num_experts * p));
+    BENCH_CUDA(cudaMemsetAsync(rows, 0, 4 * c.num_experts * p, w.stream));
     std::vector<double> us;
     cudaEvent_t a, b;
     BENCH_CUDA(cudaEventCreate(&a));

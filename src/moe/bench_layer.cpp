@@ -181,6 +181,8 @@ struct GraphModes {
       ISER_CUDA_CHECK(cudaMemcpy(layer->topk_weights(), weights.data(), weights.size() * 4,
                                  cudaMemcpyHostToDevice));
       ISER_CUDA_CHECK(cudaMemcpy(layer->input(), input, input_bytes, cudaMemcpyDeviceToDevice));
+      // Landed before the layer's non-blocking streams read them (these copies may return first).
+      ISER_CUDA_CHECK(cudaStreamSynchronize(nullptr));
       layer->capture();
     }
   }

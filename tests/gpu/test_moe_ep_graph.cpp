@@ -214,6 +214,7 @@ TEST(MoeEpGraph, StalledCopyFallsBackToHomeBundles) {
   DeviceBuffer flag(sizeof(int)), barrier(sizeof(float));
   const int released = 1, held = 0;
   ISER_CUDA_CHECK(cudaMemcpy(flag.get(), &released, sizeof(int), cudaMemcpyHostToDevice));
+  ISER_CUDA_CHECK(cudaStreamSynchronize(nullptr));  // landed before the layer's streams read it
   if (env->rank == 0) {
     graph.set_copy_hook([&](Stream stream) {
       ISER_CUDA_CHECK(::iser::testing::launch_stall(flag.get<int>(), 1'500'000'000ull, stream));
@@ -239,6 +240,7 @@ TEST(MoeEpGraph, StalledCopyFallsBackToHomeBundles) {
     rank_barrier(comm.get(), barrier);  // the previous replay is over on both ranks
     ISER_CUDA_CHECK(
         cudaMemcpy(flag.get(), stall ? &held : &released, sizeof(int), cudaMemcpyHostToDevice));
+    ISER_CUDA_CHECK(cudaStreamSynchronize(nullptr));  // a pageable copy may return before its DMA
     load_graph_inputs(graph, slice, input);
     graph.launch();
     const GraphLayerResult result = graph.finish();

@@ -236,6 +236,7 @@ TEST(MoeEpLayer, RejectedGpuPlanRunsUnbalanced) {
   const int32_t invariant = static_cast<int32_t>(kGpuPlanInvariant);
   ISER_CUDA_CHECK(
       cudaMemcpy(bad_status.get(), &invariant, sizeof(int32_t), cudaMemcpyHostToDevice));
+  ISER_CUDA_CHECK(cudaStreamSynchronize(nullptr));  // landed before the layer's streams read it
 
   layer.forward(input.get(), ids, weights, false, out_off.get());
   layer.finish();
