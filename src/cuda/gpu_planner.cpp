@@ -317,7 +317,7 @@ GpuPlanner::GpuPlanner(const Topology& topo, int max_routes_per_rank,
     // NOTE: cudaMemset runs on the default stream and may return before it lands; nothing orders
     // a caller's non-blocking stream after it. Without this wait, a count() issued right after
     // construction could draw tickets that the zeroing then overwrites (a row's counts never
-    // written), or have its error bits cleared. Set-up only: no call below waits on the host.
+    // written), or have its error bits cleared. Set-up only: no per-invocation call waits.
     ISER_CUDA_CHECK(cudaStreamSynchronize(nullptr));
   } catch (...) {
     delete impl_;
