@@ -352,7 +352,13 @@ __device__ __forceinline__ void plan_cta(const PlanParams& p, const PlanSmem& la
       stamp(4, 32 * first_warp);
     }
     if (by_phases || B < 2) stamp(5, 32 * first_warp);
-    if (by_phases) repair_by_phases(st, B, side_warp, num_side_warps, lane);
+    // Up to kFewRanks ranks (EP2-4) one warp with every quota in registers, if B fits a warp.
+    const bool few_ranks = by_phases && P <= kFewRanks && B <= 32;  // CTA-uniform
+    if (few_ranks) {
+      if (side_warp == 0) repair_few_ranks(st, B, lane);
+    } else if (by_phases) {
+      repair_by_phases(st, B, side_warp, num_side_warps, lane);
+    }
     stamp(6, 32 * first_warp);
     // NOTE: the block barrier below orders every trade before the output stage. The side warps
     // also meet here first because compute-sanitizer racecheck otherwise reports hazards between
@@ -360,7 +366,7 @@ __device__ __forceinline__ void plan_cta(const PlanParams& p, const PlanSmem& la
     // stage's quota reads (warp 0, which is not in this barrier, so it orders nothing for it):
     // 2 / 4 / 4 hazards in three runs without it, 0 / 0 / 0 with it (2026-12-01, H200), plans
     // equal to the CPU's in all. Keeping racecheck clean keeps it useful for real races.
-    if (p.scheduled_repair) named_barrier(2, num_side_warps * 32);
+    if (p.scheduled_repair || few_ranks) named_barrier(2, num_side_warps * 32);
   }
   __syncthreads();
 

@@ -277,6 +277,98 @@ __device__ __forceinline__ void repair_by_phases(const State& st, int B, int sid
   }
 }
 
+// Repair for P <= kFewRanks and B <= 32 (EP2-4) on one warp, with every quota in registers:
+// lane k holds sorted broadcast k's (own routes, quota) of each rank (zeros where the rank is
+// not a host) for the whole repair, and runs both pairs of a phase at once. The pairs are
+// compile-time constants, so a rank's values are plain registers (no select by a run-time rank,
+// no shared memory, no barrier between phases): a direction is four warp sums and, when a side
+// is taken only in part, one interleaved scan of the four values.
+// NOTE: same result as repair_by_phases: the pairs of a phase are disjoint, each direction is
+// trade_one_way's greedy fill in sorted order (a non-shared item pulls and gives 0), and a rank
+// >= P is never a host (P = 3: the bye seat 3; P = 2: the pair (2, 3) of the only rotation).
+inline constexpr int kFewRanks = 4;
+
+struct FewRanks {
+  bool host[kFewRanks];
+  int own[kFewRanks];
+  int quota[kFewRanks];
+};
+
+// Receivers A0, A1 take from donors D0, D1 (pair 0 = (A0, D0), pair 1 = (A1, D1)).
+template <int A0, int D0, int A1, int D1>
+__device__ __forceinline__ void few_ranks_direction(FewRanks& v, int num_items, int lane) {
+  constexpr int kA[2] = {A0, A1};
+  constexpr int kD[2] = {D0, D1};
+  int x[4];  // pull, give of pair 0, then of pair 1
+#pragma unroll
+  for (int j = 0; j < 2; ++j) {
+    const bool shared = v.host[kA[j]] && v.host[kD[j]];
+    const int ca = v.own[kA[j]];
+    const int qa = v.quota[kA[j]];
+    x[2 * j] = shared ? min(max(0, ca - qa), max(0, v.quota[kD[j]] - v.own[kD[j]])) : 0;
+    x[2 * j + 1] = shared ? max(0, qa - ca) : 0;
+  }
+  int sum[4];
+#pragma unroll
+  for (int i = 0; i < 4; ++i) sum[i] = __reduce_add_sync(PlanConfig::kFullMask, x[i]);
+  const int delta[2] = {min(sum[0], sum[1]), min(sum[2], sum[3])};
+  if (delta[0] <= 0 && delta[1] <= 0) return;  // warp-uniform
+  // The sum before each item: 0 serves where a side is taken whole (then min(x, delta) = x).
+  int before[4] = {0, 0, 0, 0};
+  if (delta[0] < max(sum[0], sum[1]) || delta[1] < max(sum[2], sum[3])) {
+    int incl[4] = {x[0], x[1], x[2], x[3]};
+    warp_inclusive_scans(incl, lane, num_items);
+#pragma unroll
+    for (int i = 0; i < 4; ++i) before[i] = incl[i] - x[i];
+  }
+#pragma unroll
+  for (int j = 0; j < 2; ++j) {
+    const int take = min(x[2 * j], max(0, delta[j] - before[2 * j]));
+    const int release = min(x[2 * j + 1], max(0, delta[j] - before[2 * j + 1]));
+    v.quota[kA[j]] += take - release;
+    v.quota[kD[j]] += release - take;
+  }
+}
+
+// One phase: both pairs, receiver a / donor d, then receiver d / donor a.
+template <int A0, int D0, int A1, int D1>
+__device__ __forceinline__ void few_ranks_phase(FewRanks& v, int num_items, int lane) {
+  few_ranks_direction<A0, D0, A1, D1>(v, num_items, lane);
+  few_ranks_direction<D0, A0, D1, A1>(v, num_items, lane);
+}
+
+__device__ __forceinline__ void repair_few_ranks(const State& st, int B, int lane) {
+  int idx[kFewRanks];
+  FewRanks v;
+  SortedLane me;
+  if (lane < B) {
+    const int b = st.order[lane];
+    me = {st.b_begin[b], st.b_size[b], st.b_owner[b], st.b_quota_offset[b], true};
+  }
+#pragma unroll
+  for (int r = 0; r < kFewRanks; ++r) {
+    idx[r] = me.host_index(r);
+    v.host[r] = idx[r] >= 0;
+    const int2 e = v.host[r] ? st.entry[idx[r]] : make_int2(0, 0);
+    v.own[r] = e.x;
+    v.quota[r] = e.y;
+  }
+  // Circle method (seats = 4): rotation 0 pairs (0, 1), (2, 3); rotation 1 (0, 3), (1, 2);
+  // rotation 2 (0, 2), (3, 1). Seats = 2 (P = 2): rotation 0 only, two rounds.
+#pragma unroll 1
+  for (int round = 0; round < 2; ++round) {
+    few_ranks_phase<0, 1, 2, 3>(v, B, lane);
+    if (st.P > 2) {
+      few_ranks_phase<0, 3, 1, 2>(v, B, lane);
+      few_ranks_phase<0, 2, 3, 1>(v, B, lane);
+    }
+  }
+#pragma unroll
+  for (int r = 0; r < kFewRanks; ++r) {
+    if (v.host[r]) st.entry[idx[r]].y = v.quota[r];
+  }
+}
+
 // Pair w of rotation rot of the circle method (repair.cpp): (0, ring[0]) for w = 0, else
 // (ring[w], ring[seats - 1 - w]); ring after rot right rotations of [1 .. seats - 1]:
 // ring[i] = 1 + (i - rot) mod ring_size, 0 <= i <= ring_size, 0 <= rot < ring_size.
