@@ -352,10 +352,14 @@ __device__ __forceinline__ void plan_cta(const PlanParams& p, const PlanSmem& la
       stamp(4, 32 * first_warp);
     }
     if (by_phases || B < 2) stamp(5, 32 * first_warp);
-    // Up to kFewRanks ranks (EP2-4) one warp with every quota in registers, if B fits a warp.
-    const bool few_ranks = by_phases && P <= kFewRanks && B <= 32;  // CTA-uniform
-    if (few_ranks) {
-      if (side_warp == 0) repair_few_ranks(st, B, lane);
+    // Up to kRegisterRepairMaxRanks ranks (EP2-6) one warp with every quota in registers, if B
+    // fits a warp.
+    const bool in_registers = by_phases && P <= kRegisterRepairMaxRanks && B <= 32;  // CTA-uniform
+    if (in_registers) {
+      if (side_warp == 0) {
+        repair_registers(st.order, st.b_begin, st.b_size, st.b_owner, st.b_quota_offset, st.entry,
+                         P, B, lane);
+      }
     } else if (by_phases) {
       repair_by_phases(st, B, side_warp, num_side_warps, lane);
     }
@@ -366,7 +370,7 @@ __device__ __forceinline__ void plan_cta(const PlanParams& p, const PlanSmem& la
     // stage's quota reads (warp 0, which is not in this barrier, so it orders nothing for it):
     // 2 / 4 / 4 hazards in three runs without it, 0 / 0 / 0 with it (2026-12-01, H200), plans
     // equal to the CPU's in all. Keeping racecheck clean keeps it useful for real races.
-    if (p.scheduled_repair || few_ranks) named_barrier(2, num_side_warps * 32);
+    if (p.scheduled_repair || in_registers) named_barrier(2, num_side_warps * 32);
   }
   __syncthreads();
 

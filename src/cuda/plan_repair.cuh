@@ -277,97 +277,164 @@ __device__ __forceinline__ void repair_by_phases(const State& st, int B, int sid
   }
 }
 
-// Repair for P <= kFewRanks and B <= 32 (EP2-4) on one warp, with every quota in registers:
-// lane k holds sorted broadcast k's (own routes, quota) of each rank (zeros where the rank is
-// not a host) for the whole repair, and runs both pairs of a phase at once. The pairs are
-// compile-time constants, so a rank's values are plain registers (no select by a run-time rank,
-// no shared memory, no barrier between phases): a direction is four warp sums and, when a side
-// is taken only in part, one interleaved scan of the four values.
+// Register repair for P <= kRegisterRepairMaxRanks and B <= 32 (EP2-6) on one warp: lane k
+// holds sorted broadcast k's (own routes, quota) of each seat of the circle method (zeros where
+// the seat's rank is not a host) for the whole repair and runs every pair of a phase at once.
+// Values sit by ring position, not by rank: the pairs of a phase are then the same positions in
+// every phase (compile-time constants, so plain registers: no select by a run-time rank, no
+// shared memory, no barrier between phases), and the ring's right rotation after a phase is a
+// rotation of the registers. A direction is kSeats warp sums and, when a side is taken only in
+// part, one interleaved scan of the kSeats values.
 // NOTE: same result as repair_by_phases: the pairs of a phase are disjoint, each direction is
-// trade_one_way's greedy fill in sorted order (a non-shared item pulls and gives 0), and a rank
-// >= P is never a host (P = 3: the bye seat 3; P = 2: the pair (2, 3) of the only rotation).
-inline constexpr int kFewRanks = 4;
+// trade_one_way's greedy fill in sorted order (a non-shared item pulls and gives 0), and a seat
+// >= P is never a host (odd P: the bye seat P). After 2 (kSeats - 1) rotations of the kSeats - 1
+// ring positions every value is back at its rank's position.
+// NOTE: 6, not 8: with 8 seats a phase took 0.42 us against 0.29 with 4 and 0.37 with 6, and the
+// repair at EP8 5.89 us against 4.77 for the scheduled one (pair lists, levels, trades); at EP6
+// 3.71 against 4.61 by phases, at EP4 1.73 against 2.69 (H200, 2026-12-01).
+inline constexpr int kRegisterRepairMaxRanks = 6;
 
-struct FewRanks {
-  bool host[kFewRanks];
-  int own[kFewRanks];
-  int quota[kFewRanks];
+template <int kSeats>
+struct SeatValues {
+  bool host[kSeats];
+  int own[kSeats];
+  int quota[kSeats];
 };
 
-// Receivers A0, A1 take from donors D0, D1 (pair 0 = (A0, D0), pair 1 = (A1, D1)).
-template <int A0, int D0, int A1, int D1>
-__device__ __forceinline__ void few_ranks_direction(FewRanks& v, int num_items, int lane) {
-  constexpr int kA[2] = {A0, A1};
-  constexpr int kD[2] = {D0, D1};
-  int x[4];  // pull, give of pair 0, then of pair 1
+// Positions of pair j of a phase (repair.cpp's circle method with the ring at positions 1 ..
+// kSeats - 1): (0, ring[0]), then (ring[j], ring[kSeats - 1 - j]).
+template <int kSeats>
+__host__ __device__ constexpr int seat_first(int j) {
+  return j == 0 ? 0 : j + 1;
+}
+template <int kSeats>
+__host__ __device__ constexpr int seat_second(int j) {
+  return j == 0 ? 1 : kSeats - j;
+}
+
+// One direction of every pair of the phase: receiver first, donor second (kSwap: the reverse).
+template <int kSeats, bool kSwap>
+__device__ __forceinline__ void seats_direction(SeatValues<kSeats>& v, int num_items, int lane) {
+  constexpr int kPairs = kSeats / 2;
+  int x[2 * kPairs];  // pull, give of pair 0, then of pair 1, ...
 #pragma unroll
-  for (int j = 0; j < 2; ++j) {
-    const bool shared = v.host[kA[j]] && v.host[kD[j]];
-    const int ca = v.own[kA[j]];
-    const int qa = v.quota[kA[j]];
-    x[2 * j] = shared ? min(max(0, ca - qa), max(0, v.quota[kD[j]] - v.own[kD[j]])) : 0;
+  for (int j = 0; j < kPairs; ++j) {
+    const int a = kSwap ? seat_second<kSeats>(j) : seat_first<kSeats>(j);
+    const int d = kSwap ? seat_first<kSeats>(j) : seat_second<kSeats>(j);
+    const bool shared = v.host[a] && v.host[d];
+    const int ca = v.own[a];
+    const int qa = v.quota[a];
+    x[2 * j] = shared ? min(max(0, ca - qa), max(0, v.quota[d] - v.own[d])) : 0;
     x[2 * j + 1] = shared ? max(0, qa - ca) : 0;
   }
-  int sum[4];
+  int sum[2 * kPairs];
 #pragma unroll
-  for (int i = 0; i < 4; ++i) sum[i] = __reduce_add_sync(PlanConfig::kFullMask, x[i]);
-  const int delta[2] = {min(sum[0], sum[1]), min(sum[2], sum[3])};
-  if (delta[0] <= 0 && delta[1] <= 0) return;  // warp-uniform
+  for (int i = 0; i < 2 * kPairs; ++i) sum[i] = __reduce_add_sync(PlanConfig::kFullMask, x[i]);
+  int delta[kPairs];
+  bool any = false;
+  bool partial = false;
+#pragma unroll
+  for (int j = 0; j < kPairs; ++j) {
+    delta[j] = min(sum[2 * j], sum[2 * j + 1]);
+    any |= delta[j] > 0;
+    partial |= delta[j] < max(sum[2 * j], sum[2 * j + 1]);
+  }
+  if (!any) return;  // warp-uniform
   // The sum before each item: 0 serves where a side is taken whole (then min(x, delta) = x).
-  int before[4] = {0, 0, 0, 0};
-  if (delta[0] < max(sum[0], sum[1]) || delta[1] < max(sum[2], sum[3])) {
-    int incl[4] = {x[0], x[1], x[2], x[3]};
+  int before[2 * kPairs];
+#pragma unroll
+  for (int i = 0; i < 2 * kPairs; ++i) before[i] = 0;
+  if (partial) {
+    int incl[2 * kPairs];
+#pragma unroll
+    for (int i = 0; i < 2 * kPairs; ++i) incl[i] = x[i];
     warp_inclusive_scans(incl, lane, num_items);
 #pragma unroll
-    for (int i = 0; i < 4; ++i) before[i] = incl[i] - x[i];
+    for (int i = 0; i < 2 * kPairs; ++i) before[i] = incl[i] - x[i];
   }
 #pragma unroll
-  for (int j = 0; j < 2; ++j) {
+  for (int j = 0; j < kPairs; ++j) {
+    const int a = kSwap ? seat_second<kSeats>(j) : seat_first<kSeats>(j);
+    const int d = kSwap ? seat_first<kSeats>(j) : seat_second<kSeats>(j);
     const int take = min(x[2 * j], max(0, delta[j] - before[2 * j]));
     const int release = min(x[2 * j + 1], max(0, delta[j] - before[2 * j + 1]));
-    v.quota[kA[j]] += take - release;
-    v.quota[kD[j]] += release - take;
+    v.quota[a] += take - release;
+    v.quota[d] += release - take;
   }
 }
 
-// One phase: both pairs, receiver a / donor d, then receiver d / donor a.
-template <int A0, int D0, int A1, int D1>
-__device__ __forceinline__ void few_ranks_phase(FewRanks& v, int num_items, int lane) {
-  few_ranks_direction<A0, D0, A1, D1>(v, num_items, lane);
-  few_ranks_direction<D0, A0, D1, A1>(v, num_items, lane);
+// The ring's right rotation: position 1 takes position kSeats - 1's values, position i + 1
+// position i's.
+template <int kSeats, typename T>
+__device__ __forceinline__ void rotate_ring(T (&x)[kSeats]) {
+  const T last = x[kSeats - 1];
+#pragma unroll
+  for (int i = kSeats - 1; i > 1; --i) x[i] = x[i - 1];
+  x[1] = last;
 }
 
-__device__ __forceinline__ void repair_few_ranks(const State& st, int B, int lane) {
-  int idx[kFewRanks];
-  FewRanks v;
+// The arrays the register repair reads (shared memory; generic pointers: a handful of loads).
+struct SeatView {
+  const int32_t* order;
+  const int32_t* b_begin;
+  const int32_t* b_size;
+  const int32_t* b_owner;
+  const int32_t* b_quota_offset;
+  int2* entry;
+};
+
+template <int kSeats>
+__device__ __forceinline__ void repair_seats(const SeatView& st, int B, int lane) {
   SortedLane me;
   if (lane < B) {
     const int b = st.order[lane];
     me = {st.b_begin[b], st.b_size[b], st.b_owner[b], st.b_quota_offset[b], true};
   }
+  SeatValues<kSeats> v;
 #pragma unroll
-  for (int r = 0; r < kFewRanks; ++r) {
-    idx[r] = me.host_index(r);
-    v.host[r] = idx[r] >= 0;
-    const int2 e = v.host[r] ? st.entry[idx[r]] : make_int2(0, 0);
+  for (int r = 0; r < kSeats; ++r) {
+    const int idx = me.host_index(r);
+    v.host[r] = idx >= 0;
+    const int2 e = idx >= 0 ? st.entry[idx] : make_int2(0, 0);
     v.own[r] = e.x;
     v.quota[r] = e.y;
   }
-  // Circle method (seats = 4): rotation 0 pairs (0, 1), (2, 3); rotation 1 (0, 3), (1, 2);
-  // rotation 2 (0, 2), (3, 1). Seats = 2 (P = 2): rotation 0 only, two rounds.
 #pragma unroll 1
-  for (int round = 0; round < 2; ++round) {
-    few_ranks_phase<0, 1, 2, 3>(v, B, lane);
-    if (st.P > 2) {
-      few_ranks_phase<0, 3, 1, 2>(v, B, lane);
-      few_ranks_phase<0, 2, 3, 1>(v, B, lane);
+  for (int phase = 0; phase < 2 * (kSeats - 1); ++phase) {
+    seats_direction<kSeats, false>(v, B, lane);
+    seats_direction<kSeats, true>(v, B, lane);
+    if constexpr (kSeats > 2) {
+      rotate_ring(v.host);
+      rotate_ring(v.own);
+      rotate_ring(v.quota);
     }
   }
 #pragma unroll
-  for (int r = 0; r < kFewRanks; ++r) {
-    if (v.host[r]) st.entry[idx[r]].y = v.quota[r];
+  for (int r = 0; r < kSeats; ++r) {
+    const int idx = me.host_index(r);
+    if (idx >= 0) st.entry[idx].y = v.quota[r];
   }
 }
+
+// P <= kRegisterRepairMaxRanks and B <= 32: the circle method's seats (P, or P + 1 for odd P).
+// NOTE: out of line, with the arrays as plain arguments (no State: see RepairView's NOTE):
+// inlined, its three instantiations moved the code after them, and the scheduled trades at
+// EP8-32, which never run this, took 0.45-0.75 us longer (code placement, H200, 2026-12-01).
+inline __device__ __noinline__ void repair_registers(const int32_t* order, const int32_t* b_begin,
+                                                     const int32_t* b_size, const int32_t* b_owner,
+                                                     const int32_t* b_quota_offset, int2* entry,
+                                                     int P, int B, int lane) {
+  const SeatView st{order, b_begin, b_size, b_owner, b_quota_offset, entry};
+  const int seats = P + (P & 1);
+  if (seats == 2) {
+    repair_seats<2>(st, B, lane);
+  } else if (seats == 4) {
+    repair_seats<4>(st, B, lane);
+  } else {
+    repair_seats<6>(st, B, lane);
+  }
+}
+static_assert(kRegisterRepairMaxRanks <= 6, "repair_registers instantiates 2, 4 and 6 seats");
 
 // Pair w of rotation rot of the circle method (repair.cpp): (0, ring[0]) for w = 0, else
 // (ring[w], ring[seats - 1 - w]); ring after rot right rotations of [1 .. seats - 1]:
