@@ -201,7 +201,8 @@ class GpuPlanner {
   // nullptr (default) disables it.
   void set_plan_timer(unsigned long long* device_timer);
   // How the planner kernel runs stage 4, the quota repair (the plans are the same, bit for bit):
-  // kPhases walks the 2(P-1) circle-method phases, one warp per pair and a barrier per phase;
+  // kPhases walks the 2(P-1) circle-method phases, one warp per pair and a barrier per phase
+  // (up to 6 ranks, and at most 32 broadcasts, on one warp with every quota in registers);
   // kScheduled first lists the pairs that can trade and their dependency levels, then trades
   // level by level on one warp (plan_repair.cuh); kAuto (default) takes kScheduled from
   // kGpuScheduledRepairMinRanks ranks on, where it measured faster on H200 (planner time EP8

@@ -42,8 +42,9 @@ namespace iser::cuda {
 // One plan (plan_idx of p.counts / p.plans) on the calling CTA of PlanConfig::kThreads threads,
 // its dynamic shared memory laid out by `lay`. Every thread of the CTA must call it. The plan
 // words are written by all threads: a caller that publishes them (plan_rewrite.cuh) needs a
-// block barrier first.
-template <bool kIser>
+// block barrier first. kRegisterRepair: the register repair up to kRegisterRepairMaxRanks ranks
+// (plan_repair.cuh); without it those plans are repaired by phases (same plans).
+template <bool kIser, bool kRegisterRepair = true>
 __device__ __forceinline__ void plan_cta(const PlanParams& p, const PlanSmem& lay, int plan_idx) {
   using namespace plan_detail;
   extern __shared__ int32_t smem[];
@@ -354,7 +355,8 @@ __device__ __forceinline__ void plan_cta(const PlanParams& p, const PlanSmem& la
     if (by_phases || B < 2) stamp(5, 32 * first_warp);
     // Up to kRegisterRepairMaxRanks ranks (EP2-6) one warp with every quota in registers, if B
     // fits a warp.
-    const bool in_registers = by_phases && P <= kRegisterRepairMaxRanks && B <= 32;  // CTA-uniform
+    const bool in_registers =
+        kRegisterRepair && by_phases && P <= kRegisterRepairMaxRanks && B <= 32;  // CTA-uniform
     if (in_registers) {
       if (side_warp == 0) {
         repair_registers(st.order, st.b_begin, st.b_size, st.b_owner, st.b_quota_offset, st.entry,
