@@ -270,7 +270,7 @@ inline const char* variant_name(const GpuPlannerOptions& o) {
 template <typename Pick>
 inline int check_random_inputs(Pick&& pick, const BatchMode& mode = {}) {
   const double scale = test_scale();
-  // 5 and 7 besides the set: odd P whose bye seat is 6 or 8 (the register repair).
+  // 5 and 7 besides the set: odd P with 6 seats (the register repair's largest) and 8.
   const int ranks[] = {2, 3, 4, 5, 6, 7, 8, 12, 16, 24, 32, 64, 72};
   const int experts[] = {64,  96,  128, 144, 192, 256, 288,  320, 384,
                          448, 512, 576, 640, 768, 896, 1008, 1024};

@@ -1,7 +1,7 @@
 // GPU planner == CPU planner, bit for bit: counts, plans (all HALO-Q variants) and slot ids, on
-// random skewed tokens over P in {2,3,4,5,6,7,8,12,16,24,32,64,72}, E up to 1024, S 1..16, on tokens
-// sampled from the bundled real histograms and on synthetic power-law counts (the harness:
-// planner_batches.h; the fused plan_rewrite(): test_gpu_plan_rewrite.cpp).
+// random skewed tokens over P in {2,3,4,5,6,7,8,12,16,24,32,64,72}, E up to 1024, S 1..16, on
+// tokens sampled from the bundled real histograms and on synthetic power-law counts (the
+// harness: planner_batches.h; the fused plan_rewrite(): test_gpu_plan_rewrite.cpp).
 #include <cuda_runtime.h>
 #include <gtest/gtest.h>
 
