@@ -366,7 +366,7 @@ __device__ __forceinline__ void seats_direction(SeatValues<kSeats>& v, int num_i
 // The ring's right rotation: position 1 takes position kSeats - 1's values, position i + 1
 // position i's.
 template <int kSeats, typename T>
-__device__ __forceinline__ void rotate_ring(T (&x)[kSeats]) {
+__host__ __device__ __forceinline__ void rotate_ring(T (&x)[kSeats]) {
   const T last = x[kSeats - 1];
 #pragma unroll
   for (int i = kSeats - 1; i > 1; --i) x[i] = x[i - 1];
