@@ -303,7 +303,6 @@ struct SeatValues {
 
 // Positions of pair j of a phase (repair.cpp's circle method with the ring at positions 1 ..
 // kSeats - 1): (0, ring[0]), then (ring[j], ring[kSeats - 1 - j]).
-template <int kSeats>
 __host__ __device__ constexpr int seat_first(int j) {
   return j == 0 ? 0 : j + 1;
 }
@@ -319,8 +318,8 @@ __device__ __forceinline__ void seats_direction(SeatValues<kSeats>& v, int num_i
   int x[2 * kPairs];  // pull, give of pair 0, then of pair 1, ...
 #pragma unroll
   for (int j = 0; j < kPairs; ++j) {
-    const int a = kSwap ? seat_second<kSeats>(j) : seat_first<kSeats>(j);
-    const int d = kSwap ? seat_first<kSeats>(j) : seat_second<kSeats>(j);
+    const int a = kSwap ? seat_second<kSeats>(j) : seat_first(j);
+    const int d = kSwap ? seat_first(j) : seat_second<kSeats>(j);
     const bool shared = v.host[a] && v.host[d];
     const int ca = v.own[a];
     const int qa = v.quota[a];
@@ -354,8 +353,8 @@ __device__ __forceinline__ void seats_direction(SeatValues<kSeats>& v, int num_i
   }
 #pragma unroll
   for (int j = 0; j < kPairs; ++j) {
-    const int a = kSwap ? seat_second<kSeats>(j) : seat_first<kSeats>(j);
-    const int d = kSwap ? seat_first<kSeats>(j) : seat_second<kSeats>(j);
+    const int a = kSwap ? seat_second<kSeats>(j) : seat_first(j);
+    const int d = kSwap ? seat_first(j) : seat_second<kSeats>(j);
     const int take = min(x[2 * j], max(0, delta[j] - before[2 * j]));
     const int release = min(x[2 * j + 1], max(0, delta[j] - before[2 * j + 1]));
     v.quota[a] += take - release;

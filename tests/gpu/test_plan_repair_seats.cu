@@ -40,7 +40,7 @@ Phases register_layout(bool& back_home) {
   for (int phase = 0; phase < 2 * (kSeats - 1); ++phase) {
     std::vector<std::pair<int, int>> pairs;
     for (int j = 0; j < kSeats / 2; ++j) {
-      pairs.emplace_back(rank_at[seat_first<kSeats>(j)], rank_at[seat_second<kSeats>(j)]);
+      pairs.emplace_back(rank_at[seat_first(j)], rank_at[seat_second<kSeats>(j)]);
     }
     phases.push_back(pairs);
     if constexpr (kSeats > 2) rotate_ring(rank_at);
