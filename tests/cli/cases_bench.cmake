@@ -1,4 +1,4 @@
-# `iser bench moe ...` (issue 8): flag errors are reported before any GPU work starts, so these
+# `iser bench moe ...`: flag errors are reported before any GPU work starts, so these
 # run on machines without a GPU. Only in builds with the CUDA part (the bench command needs it).
 if(WITH_CUDA)
   expect(bench_layer_bad_routing nonzero "--routing 'nope': expected power-law, balanced or trace"

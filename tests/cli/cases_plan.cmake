@@ -1,4 +1,4 @@
-# `iser plan` (issue 3): good and bad count files.
+# `iser plan`: good and bad count files.
 set(D ${SRC}/tests/cli/data)
 expect(plan_table 0 "[2,4)" plan --counts ${D}/plan_case_a.json --slots 2 --g-min 2)
 expect(plan_json_T 0 "\"T\": 20" plan --counts ${D}/plan_case_a.json --slots 2 --g-min 2 --json)
