@@ -1,4 +1,4 @@
-// CPU planner speed (issue 3): plans per second at EP8/16/32/64, E = 384, S = 4, on Zipf
+// CPU planner speed: plans per second at EP8/16/32/64, E = 384, S = 4, on Zipf
 // (alpha 0.8) routing counts, 8,192 tokens/rank, top-6. Baselines in the same run: the `none`
 // policy (home loads only) and the count-level route rewrite.
 //

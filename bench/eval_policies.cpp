@@ -1,6 +1,7 @@
-// Balance of the planning policies on Zipf workloads tuned to a rank-level imbalance (issue 10):
-// EP64, E = 256 (H = 4), top-8, 8,192 tokens/rank by default; mean R after planning, the
-// busiest owner's payloads and remote copies per invocation. Not a timing benchmark.
+// Balance of the planning policies on Zipf workloads tuned to a rank-level imbalance (the EP64
+// heavy-skew study of docs/evaluation.md): EP64, E = 256 (H = 4), top-8, 8,192 tokens/rank by
+// default; mean R after planning, the busiest owner's payloads and remote copies per invocation.
+// Not a timing benchmark.
 //
 //   build/bench/eval_policies [--ranks 64] [--experts 256] [--top-k 8] [--tokens 8192]
 //                             [--layers 4] [--iterations 2] [--policies halo-q,absorb,iser]

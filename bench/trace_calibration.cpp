@@ -1,4 +1,4 @@
-// Prints the calibration of the synthetic generators against DESIGN §8 (docs/data.md):
+// Prints the calibration of the synthetic generators against docs/design.md §8 (docs/data.md):
 // whole-trace mean R at EP8, per-iteration mean R at tau = 8192 for EP4/8/16/24, and the share
 // of a layer's routes taken by its top-4 experts.
 //
@@ -65,7 +65,8 @@ int main(int argc, char** argv) {
   mp.drift_period = std::stoll(get("period", std::to_string(mp.drift_period)));
 
   if (kind == "tune") {
-    // Issue 10: power-law tuned to a whole-set rank imbalance at EP64, E = 256, top-8.
+    // EP64 heavy skew (docs/evaluation.md): power-law tuned to a whole-set rank imbalance at EP64,
+    // E = 256, top-8.
     so.kind = "power-law";
     so.num_experts = std::stoi(get("experts", "256"));
     so.top_k = std::stoi(get("top_k", "8"));

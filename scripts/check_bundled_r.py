@@ -1,6 +1,6 @@
 #!/usr/bin/env python3
 """Independent check of `iser replay`'s R without balancing on the bundled DeepSeek-V4.1-Flash
-histograms (issue 2 acceptance), written from the raw CSV with numpy only.
+histograms (the independent check of R in docs/evaluation.md), written from the raw CSV with numpy only.
 
 1. Whole-set R per EP degree: rank r owns experts [rH, (r+1)H); R = max / mean rank load of the
    raw histogram, averaged over layers (the data README quotes 1.23 / 1.54 / 2.07 / 2.54).

@@ -1,4 +1,4 @@
-// E3 analogue on one GPU: slowest-rank expert time OFF / ON / balanced (DESIGN §11).
+// E3 analogue on one GPU: slowest-rank expert time OFF / ON / balanced (docs/design.md §11).
 // Same flags as `iser bench moe e3`; see include/iser/moe_bench.h.
 #include <string>
 #include <vector>

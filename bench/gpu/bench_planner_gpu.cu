@@ -1,10 +1,10 @@
-// GPU planner benchmark (issue 6, DESIGN §11): kernel time of the HALO-Q planner alone, of
+// GPU planner benchmark (docs/design.md §11): kernel time of the HALO-Q planner alone, of
 // planner + rewrite (one rank's tau x k routes; two kernels) and of the fused planner + rewrite
 // (GpuPlanner::plan_rewrite, one cooperative kernel) per EP degree, on counts sampled from the
-// bundled real histograms (dsv41-flash/coding.csv, DESIGN §8 sampling rule). CUDA events around
-// CUDA-graph replays, L2 flushed before every replay, inputs cycled; medians of >= 200 samples.
-// Baselines measured in the same run: the CPU reference planner (plan_halo_q, one core) on the same
-// counts and the count kernel.
+// bundled real histograms (dsv41-flash/coding.csv, docs/design.md §8 sampling rule). CUDA events
+// around CUDA-graph replays, L2 flushed before every replay, inputs cycled; medians of >= 200
+// samples. Baselines measured in the same run: the CPU reference planner (plan_halo_q, one core) on
+// the same counts and the count kernel.
 //
 //   bench_planner_gpu [-p 4,8,16,32,64] [-E 384] [-S 4] [-t 8192] [-k 6] [-w 20] [-n 400]
 //                     [-G 1] [-c 1] [-J out.json] [-d coding.csv] [-i 16] [-P halo-q,iser]

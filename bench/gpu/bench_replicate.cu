@@ -1,4 +1,4 @@
-// Replication benchmark (DESIGN §11, issue 7), nccl-tests style. One process per GPU: the binary
+// Replication benchmark (docs/design.md §11), nccl-tests style. One process per GPU: the binary
 // re-executes itself once per rank (-g ranks) with a file-based NCCL unique id. Owner rank 0
 // replicates bundles into helper slots, with the owner outside the group (group {1..P-1}: the
 // pure NVLink transfer) and/or inside it (group {0..P-1}: every rank, the owner too, receives a

@@ -1,5 +1,5 @@
-// Count matrices (DESIGN §3): c[s][e] = routes (token-expert pairs) that source rank s sends to
-// expert e in one layer invocation.
+// Count matrices (docs/design.md §3): c[s][e] = routes (token-expert pairs) that source rank s
+// sends to expert e in one layer invocation.
 #pragma once
 
 #include <cstdint>

@@ -1,6 +1,6 @@
-// GPU planner (DESIGN §4, §9): count, HALO-Q planner and route-rewrite kernels behind one host
-// object. Every input and output lives in device memory; no call synchronises with the host, so
-// a whole invocation (count -> all-gather -> plan -> rewrite) can be captured in a CUDA graph.
+// GPU planner (docs/design.md §4, §9): count, HALO-Q planner and route-rewrite kernels behind one
+// host object. Every input and output lives in device memory; no call synchronises with the host,
+// so a whole invocation (count -> all-gather -> plan -> rewrite) can be captured in a CUDA graph.
 // The plans are bit-identical to the CPU reference planner (`plan_halo_q`, `rewrite_tokens`; with
 // GpuPlannerOptions::iser, `plan_iser` without a previous plan).
 //
@@ -23,7 +23,7 @@ struct CUstream_st;  // cudaStream_t without the CUDA headers
 
 namespace iser {
 
-// Limits of the GPU planner (DESIGN §5: any P >= 2 up to 72, E <= 1024, S <= 16).
+// Limits of the GPU planner (docs/design.md §5: any P >= 2 up to 72, E <= 1024, S <= 16).
 inline constexpr int kGpuMaxRanks = 72;
 inline constexpr int kGpuMaxExperts = 1024;
 inline constexpr int kGpuMaxSlots = 16;
@@ -57,16 +57,16 @@ enum GpuStatus : uint32_t {
 // "bad-expert-id|stale-tiles" style names of the set bits ("ok" for 0).
 std::string describe_gpu_status(uint32_t status);
 
-// HALO-Q variants the GPU planner runs (DESIGN §4-§6); identical to HaloQOptions of the CPU
+// HALO-Q variants the GPU planner runs (docs/design.md §4-§6); identical to HaloQOptions of the CPU
 // planner for the same fields.
 struct GpuPlannerOptions {
   bool owner_home = false;      // owner-home: an owner inside its group uses its home slot
   bool absorb = false;          // absorb: finer levels only when room >= give (else best room)
   bool owner_in_group = false;  // halo-q-owner-in: only the owner's own aligned group
   int32_t min_move = 0;         // skip replications moving fewer routes (cursor still advances)
-  // iser (issue 10): plan_iser's three candidate placements, the best kept, owner_home set;
-  // absorb / owner_in_group are ignored. Non-resident form only: the GPU planner has no previous
-  // plan, so it equals plan_iser with HaloQOptions::previous = nullptr. An expert may be
+  // iser (docs/design.md §5): plan_iser's three candidate placements, the best kept, owner_home
+  // set; absorb / owner_in_group are ignored. Non-resident form only: the GPU planner has no
+  // previous plan, so it equals plan_iser with HaloQOptions::previous = nullptr. An expert may be
   // broadcast more than once, which the GPU rewrite tables (one broadcast per expert) cannot
   // express: rewrite() / rewrite_all() of an iser planner throw iser::Error (plans only).
   bool iser = false;
@@ -85,7 +85,7 @@ bool gpu_planner_covers(std::string_view policy, const Topology& topo, int64_t m
 //   broadcasts[max_broadcasts][8]     {expert, owner, level, group_begin, group_size, helper,
 //                                      mode (TransportMode), reserved}, plan order
 //   quotas[max_broadcasts][P]         routes of the broadcast's expert each rank computes
-// and the rewrite tables (derived from counts and quotas, DESIGN §4.5):
+// and the rewrite tables (derived from counts and quotas, docs/design.md §4.5):
 //   expert_broadcast[E]               broadcast index of each expert, -1 when none
 //   supply_begin[max_broadcasts][P]   residual supply of the ranks before r (north-west corner)
 //   demand_end[max_broadcasts][P]     residual demand of the ranks up to r, inclusive
@@ -158,8 +158,8 @@ class GpuPlanner {
   // All-gathered counts [num_plans][P][E] -> plans [num_plans][plan_words()] (one CTA each).
   void plan(const int32_t* counts, int32_t* plans, CUstream_st* stream, int num_plans = 1);
 
-  // Rank rank_idx's topk_ids [num_tokens * top_k] -> global slot ids (DESIGN §3), given the full
-  // counts [P][E] of the invocation and its plan. Needs the tile counts of the last count() of
+  // Rank rank_idx's topk_ids [num_tokens * top_k] -> global slot ids (docs/design.md §3), given the
+  // full counts [P][E] of the invocation and its plan. Needs the tile counts of the last count() of
   // these ids (the ids of one row). -1 stays -1; ids out of range become -1.
   void rewrite(const int32_t* topk_ids, int num_tokens, int top_k, int rank_idx,
                const int32_t* counts, const int32_t* plan, int32_t* slot_ids, CUstream_st* stream);

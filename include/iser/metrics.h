@@ -1,4 +1,4 @@
-// Metrics of DESIGN §7 for one invocation, and their aggregation.
+// Metrics of docs/design.md §7 for one invocation, and their aggregation.
 #pragma once
 
 #include <cstdint>

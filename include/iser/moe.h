@@ -1,4 +1,4 @@
-// Expert compute of the reference EP MoE layer (DESIGN §10): a gated MLP per expert slot,
+// Expert compute of the reference EP MoE layer (docs/design.md §10): a gated MLP per expert slot,
 //   y = W2 · (silu(W1 · x) ⊙ (W3 · x)),
 // bf16 weights and activations, fp32 accumulation, over the H home + S helper slots of one rank,
 // computed with cuBLAS (cublasLt calls per non-empty slot by default; see GemmBackend).

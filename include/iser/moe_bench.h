@@ -1,6 +1,6 @@
-// GPU benchmarks of the reference MoE layer (DESIGN §11), shared by the stand-alone executables
-// in bench/gpu/ and by `iser bench moe ...`. Each entry parses its own nccl-tests-style flags
-// (args exclude the program / subcommand names), prints a table and returns an exit status;
+// GPU benchmarks of the reference MoE layer (docs/design.md §11), shared by the stand-alone
+// executables in bench/gpu/ and by `iser bench moe ...`. Each entry parses its own nccl-tests-style
+// flags (args exclude the program / subcommand names), prints a table and returns an exit status;
 // bad flags or inputs print one error line and return non-zero.
 #pragma once
 

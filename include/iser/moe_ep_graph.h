@@ -1,4 +1,4 @@
-// Static-shape ("graph") mode of the reference EP MoE layer (DESIGN §9-§10): one whole
+// Static-shape ("graph") mode of the reference EP MoE layer (docs/design.md §9-§10): one whole
 // invocation (routing counts -> count exchange -> GPU plan + route rewrite -> replication ->
 // dispatch -> expert GEMMs -> READY gate -> helper GEMMs -> combine) enqueued with no host
 // synchronisation and no host value that depends on the routing, so it is captured once in a CUDA

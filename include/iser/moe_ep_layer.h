@@ -1,4 +1,4 @@
-// Reference EP MoE layer, one process per GPU (DESIGN §9-§10), on the replication runtime.
+// Reference EP MoE layer, one process per GPU (docs/design.md §9-§10), on the replication runtime.
 //
 // One invocation on rank r, with two streams:
 //   MAIN  shared expert  ->  dispatch (NCCL send/recv by destination slot rank)  ->  home-slot

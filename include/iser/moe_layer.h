@@ -1,7 +1,7 @@
-// Reference EP MoE layer (DESIGN §10), single-process form: P logical EP ranks on one GPU.
+// Reference EP MoE layer (docs/design.md §10), single-process form: P logical EP ranks on one GPU.
 // Per invocation: topk ids/weights -> counts -> plan (a named policy; OFF = no helper slots)
-// -> route rewrite (local first, DESIGN §4.5) -> replication (byte copies of the planned experts
-// into every group member's helper slot) -> dispatch (tokens gathered into each destination
+// -> route rewrite (local first, docs/design.md §4.5) -> replication (byte copies of the planned
+// experts into every group member's helper slot) -> dispatch (tokens gathered into each destination
 // rank's slot order) -> grouped gated MLP per rank over its H + S slots -> combine (each token's
 // top-k outputs summed in fp32 in the fixed order j = 0..k-1).
 //

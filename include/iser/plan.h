@@ -1,4 +1,4 @@
-// The plan of one layer invocation (DESIGN §3-§4): which experts are broadcast into which
+// The plan of one layer invocation (docs/design.md §3-§4): which experts are broadcast into which
 // helper slots of which group, and how many routes each host computes (quotas).
 #pragma once
 

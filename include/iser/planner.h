@@ -1,4 +1,4 @@
-// HALO-Q reference planner (DESIGN §4) and its named variants (DESIGN §5).
+// HALO-Q reference planner (docs/design.md §4) and its named variants (docs/design.md §5).
 //
 // The planner is the bit-exact oracle of the GPU planner: int32 arithmetic, deterministic ties,
 // no hidden state (a previous plan, when a variant uses one, is an explicit argument). Each stage
@@ -97,7 +97,8 @@ void plan_halo_q(const Topology& topo, const CountMatrix& counts, const HaloQOpt
                  PlannerWorkspace& ws, Plan& plan);
 Plan plan_halo_q(const Topology& topo, const CountMatrix& counts, const HaloQOptions& options = {});
 
-// ---- iser policy (issue 10) --------------------------------------------------------------------
+// ---- iser policy (docs/design.md §5)
+// --------------------------------------------------------------------
 
 // Room-aware placement with HALO-Q's multicast constraints (see src/core/planner/iser.cpp): the
 // owner's heaviest remaining share first, the finest level absorbing >= 7/8 of the best

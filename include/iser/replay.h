@@ -1,5 +1,5 @@
-// Replay (the main job, DESIGN §1.1): run policies over routing data, per EP degree, layer and
-// iteration, and aggregate the metrics of DESIGN §7.
+// Replay (the main job, docs/design.md §1.1): run policies over routing data, per EP degree, layer
+// and iteration, and aggregate the metrics of docs/design.md §7.
 #pragma once
 
 #include <cstdint>

@@ -1,5 +1,5 @@
-// Route rewrite (DESIGN §4.5): local first, north-west corner. Shared by every policy whose plan
-// carries quotas (HALO-Q family and the point-to-point baselines).
+// Route rewrite (docs/design.md §4.5): local first, north-west corner. Shared by every policy whose
+// plan carries quotas (HALO-Q family and the point-to-point baselines).
 #pragma once
 
 #include <cstdint>
@@ -24,10 +24,10 @@ std::vector<RouteFlow> rewrite_flows(const Topology& topo, const CountMatrix& co
                                      const Plan& plan);
 
 // Token-level rewrite of one rank: topk_ids [num_tokens, top_k] (flattened, -1 = none) to
-// global slot ids (DESIGN §3: rank * (H + S) + local slot); -1 stays -1. The k-th route of expert
-// e on the rank (flattened [token, k] order) goes to residual destinations d < rank first, then
-// the rank itself, then d > rank, in the amounts of rewrite_flows. `counts` must hold the rank's
-// row exactly (checked).
+// global slot ids (docs/design.md §3: rank * (H + S) + local slot); -1 stays -1. The k-th route of
+// expert e on the rank (flattened [token, k] order) goes to residual destinations d < rank first,
+// then the rank itself, then d > rank, in the amounts of rewrite_flows. `counts` must hold the
+// rank's row exactly (checked).
 void rewrite_tokens(const Topology& topo, const CountMatrix& counts, const Plan& plan, int rank_idx,
                     std::span<const int32_t> topk_ids, int top_k, std::span<int32_t> slot_ids);
 

@@ -1,5 +1,6 @@
-// GPU runtime (DESIGN §9): NCCL bootstrap, symmetric per-rank memory with peer pointers, helper
-// banks, count exchange, replication transports, READY gate, bank-reuse fence and home fallback.
+// GPU runtime (docs/design.md §9): NCCL bootstrap, symmetric per-rank memory with peer pointers,
+// helper banks, count exchange, replication transports, READY gate, bank-reuse fence and home
+// fallback.
 //
 // Two modes share one API:
 //  - one process per GPU: `Runtime(config, communicator)`; this process holds one rank;
@@ -27,7 +28,7 @@ namespace iser {
 using StreamHandle = CUstream_st*;
 
 // Bumped whenever the memory layout or the device protocol changes; ranks must agree.
-inline constexpr int kRuntimeVersion = 2;  // 2: p2p-sami-host (host staging, fingerprint)
+inline constexpr int kRuntimeVersion = 2;         // 2: p2p-sami-host (host staging, fingerprint)
 inline constexpr int64_t kSliceBytes = 8192;      // replication unit
 inline constexpr int64_t kBundleAlignment = 256;  // scales start at a 256-byte boundary
 inline constexpr int64_t kSlotAlignment = 4096;   // every slot starts at a 4-KiB boundary

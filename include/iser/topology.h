@@ -1,5 +1,5 @@
-// EP topology (DESIGN §3): P ranks, E routed experts, H = E/P home experts per rank, S helper
-// slots per rank, aligned group levels.
+// EP topology (docs/design.md §3): P ranks, E routed experts, H = E/P home experts per rank, S
+// helper slots per rank, aligned group levels.
 #pragma once
 
 #include <cstdint>

@@ -1,4 +1,4 @@
-// Routing data (DESIGN §8): what replay consumes, whatever the file format.
+// Routing data (docs/design.md §8): what replay consumes, whatever the file format.
 #pragma once
 
 #include <cstdint>
@@ -60,7 +60,8 @@ struct TraceOptions {
   bool skip_profile_rows = false;
 };
 
-// ---- routing data in memory (the canonical safetensors layout, DESIGN §8) ----------------------
+// ---- routing data in memory (the canonical safetensors layout, docs/design.md §8)
+// ----------------------
 
 enum class TraceKind {
   kTokens,           // topk_ids [L, T, k] (+ request_id [T])

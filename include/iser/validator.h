@@ -1,4 +1,4 @@
-// Plan validator: every invariant a plan must hold (issue 2, DESIGN §3-§4).
+// Plan validator: every invariant a plan must hold (docs/design.md §3-§4).
 #pragma once
 
 #include <string>

@@ -1,6 +1,6 @@
 #!/bin/bash
 # GPU machine (1 or 2 GPUs): the expert-compute scheduling of GroupedMlp on the E3 analogue
-# (issue 8). GroupedMlp / cublasLt / layer tests (the 2-GPU layer test needs 2 GPUs), then the E3
+#. GroupedMlp / cublasLt / layer tests (the 2-GPU layer test needs 2 GPUs), then the E3
 # variant matrix (lanes:chain:tails), then the full E3 run of the best variant beside the
 # variant with the fastest balanced time (the fair baseline). Logs and JSON go to $OUT.
 # Binaries: prebuilt ones in $PREBUILT (built elsewhere with CUDA 13.0) when they run here,

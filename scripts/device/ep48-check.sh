@@ -1,5 +1,6 @@
 #!/bin/bash
-# GPU machine with 4 or 8 GPUs (issue 9: nvidia-h200-x4 / -x8): what issue 9 measures, in one call
+# GPU machine with 4 or 8 GPUs (nvidia-h200-x4 / -x8): the EP4/EP8 layer and replication runs,
+# in one call
 # under BUDGET seconds (default 570), for each g in $GS (default "4 8") the machine has:
 #   replicate_g<g>      bench_replicate -g <g>, bundles section: 1 / 4 / 8 bundles of 37.16 MB,
 #                       owner outside and inside the group, every transport and tuned

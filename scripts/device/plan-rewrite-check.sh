@@ -1,5 +1,5 @@
 #!/bin/bash
-# GPU machine (1 GPU): acceptance run of the fused planner + rewrite (issue 6). Release build
+# GPU machine (1 GPU): acceptance run of the fused planner + rewrite. Release build
 # (sm_90a) of iser_gpu_tests and bench_planner_gpu; the planner benchmark (planner, planner +
 # rewrite in two kernels, fused); the planner GPU tests (fused ones included); compute-sanitizer
 # memcheck / racecheck / synccheck on the planner and fused tests. Logs go to $OUT.

@@ -1,5 +1,5 @@
 #!/bin/bash
-# GPU machine (2 GPUs): the replication benchmark (docs/benchmarks.md, issue 7): 1/4/8 bundles
+# GPU machine (2 GPUs): the replication benchmark (docs/benchmarks.md, "Replication transports"): 1/4/8 bundles
 # of 37.16 MB and the 1 MiB - 512 MiB sweep, copy SMs 1/2/4/8/16, every transport and copy
 # shape ($SHAPES), tuned ncclBroadcast, the latency section; all in one run. Logs go to $OUT.
 # PREBUILT=dir runs binaries built elsewhere (bench_replicate); otherwise builds into $BUILD.

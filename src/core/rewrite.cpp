@@ -1,7 +1,8 @@
-// Route rewrite (DESIGN §4.5): local first, north-west corner.
+// Route rewrite (docs/design.md §4.5): local first, north-west corner.
 //
 // Generic over plans with quotas: HALO-Q family (aligned groups), point-to-point plans (group of
-// one rank, level kUnalignedLevel) and experts broadcast more than once. Decisions (DESIGN:):
+// one rank, level kUnalignedLevel) and experts broadcast more than once. Decisions (docs/design.md
+// §4.5):
 //  - Several broadcasts of one expert combine: the rank's quota is the sum of its quotas over
 //    those broadcasts, and the north-west corner runs once per expert on the combined quotas.
 //  - Slot of a destination d for expert e: the home slot if d is the owner and the plan says

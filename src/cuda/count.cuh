@@ -1,4 +1,5 @@
-// Count kernel (DESIGN §9): one rank's topk_ids [tau, k] -> its row c[s][.] of the count matrix.
+// Count kernel (docs/design.md §9): one rank's topk_ids [tau, k] -> its row c[s][.] of the count
+// matrix.
 //
 // One CTA per tile of kRouteTile routes builds the tile's histogram in shared memory and stores
 // it to tile_counts (the rewrite kernel turns those into route ordinals); the last CTA of a row

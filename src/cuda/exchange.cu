@@ -1,4 +1,4 @@
-// Count exchange without the host (DESIGN §9): every rank stores its count row into every
+// Count exchange without the host (docs/design.md §9): every rank stores its count row into every
 // peer's symmetric region, then publishes the epoch; readers acquire all P epochs and copy the
 // matrix out.
 #include "cuda/kernels.h"

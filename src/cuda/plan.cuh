@@ -1,5 +1,5 @@
-// HALO-Q planner kernel (DESIGN §4.1-§4.4, §4.6): the all-gathered counts [P][E] -> one plan in
-// the GpuPlanLayout, on one CTA per plan; PlanParams::iser swaps stage 2 for plan_iser's
+// HALO-Q planner kernel (docs/design.md §4.1-§4.4, §4.6): the all-gathered counts [P][E] -> one
+// plan in the GpuPlanLayout, on one CTA per plan; PlanParams::iser swaps stage 2 for plan_iser's
 // placement (plan_iser.cuh), the other stages unchanged. Placement and coloring: plan_place.cuh
 // (HALO-Q placement for P <= 32: plan_place_lanes.cuh; for P = 4: plan_place_thread.cuh).
 // Decisions are identical to the CPU reference planner (src/core/planner): same int32 arithmetic,

@@ -1,4 +1,4 @@
-// The `iser` policy's placement on the GPU (issue 10), bit-exact with plan_iser of the CPU
+// The `iser` policy's placement on the GPU, bit-exact with plan_iser of the CPU
 // (src/core/planner/iser.cpp) without a previous plan: three candidate placements, the best kept
 // (lowest max load; ties: fewer remote copies, then the earlier candidate):
 //   1. room-aware placement at water level T,

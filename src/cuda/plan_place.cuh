@@ -1,4 +1,4 @@
-// Stages 2 and 3 of the planner kernel (plan.cuh) on warp 0: placement (DESIGN §4.2 and the
+// Stages 2 and 3 of the planner kernel (plan.cuh) on warp 0: placement (docs/design.md §4.2 and the
 // room-aware placement of plan_iser, src/core/planner/iser.cpp) and slot coloring (§4.3).
 //
 // NOTE: every pass is a chain of dependent steps on one warp, so its length is the kernel's
@@ -126,7 +126,7 @@ struct GroupSums {
   }
 };
 
-// The largest mass a group of `size` ranks is wanted for (DESIGN §4.2: size >= ceil(mass /
+// The largest mass a group of `size` ranks is wanted for (docs/design.md §4.2: size >= ceil(mass /
 // max(T, 1))): size * max(T, 1), clamped to int.
 __device__ __forceinline__ int wanted_mass_limit(int size, int T) {
   const long long limit = static_cast<long long>(size) * (T > 1 ? T : 1);

@@ -1,6 +1,6 @@
-// Stage 2 of the HALO-Q planner kernel for P <= 32 (every goal point of issue 6, EP4..EP32):
-// the placement of plan_place.cuh (DESIGN §4.2) with one rank per lane and one aligned group
-// per lane, written for the length of a pass.
+// Stage 2 of the HALO-Q planner kernel for P <= 32 (EP4..EP32):
+// the placement of plan_place.cuh (docs/design.md §4.2) with one rank per lane and one aligned
+// group per lane, written for the length of a pass.
 //
 // NOTE: a pass is one dependent chain on one warp. ncu (H200, 2026-12-01) counted 283-291 warp
 // instructions per pass of the general place_ranks<1> at EP8-32, 0.85 us per broadcast, half of

@@ -1,5 +1,5 @@
-// Stage 2 of the HALO-Q planner kernel for P = 4 (the EP4 goal point of issue 6): the placement
-// of plan_place.cuh (DESIGN §4.2) on one thread, every rank's state in registers.
+// Stage 2 of the HALO-Q planner kernel for P = 4 (EP4, where the planner is shortest): the
+// placement of plan_place.cuh (docs/design.md §4.2) on one thread, every rank's state in registers.
 //
 // NOTE: a placement pass is one dependent chain. On a warp (plan_place_lanes.cuh) every choice is
 // a reduction or a shuffle, 36-52 cycles each on H200, and an EP4 pass took ~1,100 cycles. One

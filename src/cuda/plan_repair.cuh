@@ -1,4 +1,4 @@
-// Stage 4 of the planner kernel (plan.cuh): quota repair (DESIGN §4.4, src/core/planner/
+// Stage 4 of the planner kernel (plan.cuh): quota repair (docs/design.md §4.4, src/core/planner/
 // repair.cpp), 2 rounds x (seats - 1) circle-method phases of pair trades, exactly the CPU's.
 //
 // Scheduled path (every plan whose pair lists fit kPairPoolWords):

@@ -1,4 +1,4 @@
-// Fused HALO-Q planner + route rewrite (issue 6): plan() and rewrite() in one cooperative launch,
+// Fused HALO-Q planner + route rewrite: plan() and rewrite() in one cooperative launch,
 // without the second kernel boundary, and with the rewrite's plan-independent work done while the
 // plan is being made.
 //
@@ -6,9 +6,9 @@
 // with the plan inside an item loop beside the rewrite, ptxas made it 8% slower, 200 against 186
 // us in-kernel at EP64); the other CTAs take the rewrite tiles (kRouteTile routes of one row),
 // one or more each. A rewrite tile first loads its ids and computes every route's ordinal among the
-// row's routes of its expert (DESIGN §4.5): the tiles before it (count()'s tile counts), the warps
-// before it in the tile and the lanes before it in the warp. None of that reads the plan. Then
-// one thread waits until the plan is published, and the tile maps ordinals to slots with the
+// row's routes of its expert (docs/design.md §4.5): the tiles before it (count()'s tile counts),
+// the warps before it in the tile and the lanes before it in the warp. None of that reads the plan.
+// Then one thread waits until the plan is published, and the tile maps ordinals to slots with the
 // rewrite kernel's route_slot.
 //
 // Publication: the plan's CTA, after a block barrier that follows its last plan write, stores

@@ -1,4 +1,4 @@
-// READY gate, home fallback and bank release (DESIGN §9).
+// READY gate, home fallback and bank release (docs/design.md §9).
 #include "cuda/kernels.h"
 #include "cuda/sync.cuh"
 #include "runtime/writers.h"

@@ -1,5 +1,5 @@
-// Replication kernel (DESIGN §9): moves owners' home bundles into members' helper slots in 8-KiB
-// slices, then publishes READY. One CTA set per writer rank (blockIdx.y = local rank); the
+// Replication kernel (docs/design.md §9): moves owners' home bundles into members' helper slots in
+// 8-KiB slices, then publishes READY. One CTA set per writer rank (blockIdx.y = local rank); the
 // writer's slices ("tasks", op-major) are dealt round-robin to the warps of its CTAs.
 //
 // Two copy paths (CopyPath) share the reuse fence, task enumeration and READY publication:

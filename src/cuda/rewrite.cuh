@@ -1,4 +1,4 @@
-// Route-rewrite kernel (DESIGN §4.5): a rank's topk_ids -> global slot ids, on many CTAs.
+// Route-rewrite kernel (docs/design.md §4.5): a rank's topk_ids -> global slot ids, on many CTAs.
 //
 // A route of expert e is the ordinal-th route of e in the rank's flattened [token, k] order.
 // Ordinals come from three prefix sums: the tiles before this CTA's (tile counts recorded by the

@@ -1,5 +1,5 @@
-// Device helpers of the route rewrite (DESIGN §4.5) shared by the rewrite kernel (rewrite.cuh)
-// and the fused planner + rewrite kernel (plan_rewrite.cuh).
+// Device helpers of the route rewrite (docs/design.md §4.5) shared by the rewrite kernel
+// (rewrite.cuh) and the fused planner + rewrite kernel (plan_rewrite.cuh).
 #pragma once
 
 #include <cstdint>
@@ -15,7 +15,7 @@ __host__ __device__ inline bool stages_demand(int num_ranks, int max_broadcasts)
   return static_cast<long long>(num_ranks) * max_broadcasts <= kStagedDemandWords;
 }
 
-// Slot of the ordinal-th route of a broadcast at source rank s (DESIGN §4.5): the residual
+// Slot of the ordinal-th route of a broadcast at source rank s (docs/design.md §4.5): the residual
 // destinations d < s first (`low` routes), then s itself (`diag` routes), then d > s: dest = the
 // first d with demand_end(d) > supply_begin + (ordinal minus the diag routes already passed), a
 // binary search over P. The home slot when dest is outside the group or is the owner using its

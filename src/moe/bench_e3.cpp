@@ -5,8 +5,8 @@
 //
 // Routing from the routing data layer (include/iser/trace.h): (a) the synthetic power-law
 // generator (Zipf exponent alpha) and (b) a per-layer histogram trace (default: the bundled
-// DeepSeek-V4.1-Flash coding histograms), both sampled with the E3 rule of DESIGN §8 (each token
-// draws top-k distinct experts with probability proportional to the count), iteration 0.
+// DeepSeek-V4.1-Flash coding histograms), both sampled with the E3 rule of docs/design.md §8 (each
+// token draws top-k distinct experts with probability proportional to the count), iteration 0.
 // --variants times several GroupedMlp schedules in one process, each against its own balanced
 // control; the fair baseline across them is the fastest balanced time.
 #include <algorithm>

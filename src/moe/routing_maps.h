@@ -30,8 +30,8 @@ struct RoutingMaps {
   int64_t total_recv = 0;
 };
 
-// Local slot of `rank_idx` that computes its routes of `expert` under `plan` (DESIGN §4.5): the
-// helper slot of the expert's broadcast when the rank is in its group (the owner too, unless
+// Local slot of `rank_idx` that computes its routes of `expert` under `plan` (docs/design.md §4.5):
+// the helper slot of the expert's broadcast when the rank is in its group (the owner too, unless
 // plan.owner_uses_home_slot), else the home slot, which must then be the rank's own expert.
 int local_slot_of(const Topology& topo, const Plan& plan, int expert, int rank_idx);
 

@@ -1,4 +1,4 @@
-// NCCL bootstrap (DESIGN §9): unique id through a private file or the environment, or a
+// NCCL bootstrap (docs/design.md §9): unique id through a private file or the environment, or a
 // communicator borrowed from the caller. Nothing listens on a network port beyond NCCL itself.
 #include <fcntl.h>
 #include <sys/stat.h>

@@ -1,5 +1,5 @@
-// Who moves which 8-KiB slices of a CopyOp (DESIGN §9). Header-only and CUDA-free: the replicate
-// kernel, the READY gate and the CPU tests share it.
+// Who moves which 8-KiB slices of a CopyOp (docs/design.md §9). Header-only and CUDA-free: the
+// replicate kernel, the READY gate and the CPU tests share it.
 //
 // The writers of an op under a copy mode (CopyOp::mode, or the transport's override):
 //  - owner-direct: the owner alone (writer 0 of 1), inside or outside the group;

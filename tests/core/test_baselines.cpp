@@ -1,4 +1,4 @@
-// Baseline policies (DESIGN §6) on small, hand-checked count matrices.
+// Baseline policies (docs/design.md §6) on small, hand-checked count matrices.
 #include <gtest/gtest.h>
 
 #include "baselines_test_util.h"

@@ -1,4 +1,4 @@
-// Golden HALO-Q plans worked out by hand from DESIGN §4 (each case's derivation is in its
+// Golden HALO-Q plans worked out by hand from docs/design.md §4 (each case's derivation is in its
 // comment; every number in the expectations comes from it, not from running the planner).
 //
 // Notation: c[s][e] counts, hist[e], L loads, T water level, C = min(S, H) candidates.

@@ -7,7 +7,7 @@ namespace iser {
 namespace {
 
 TEST(Topology, LevelsFollowTheAlignedGroupRule) {
-  // DESIGN §3: level l >= 1 exists while 2^l | P and P >> l >= g_min (= 4).
+  // docs/design.md §3: level l >= 1 exists while 2^l | P and P >> l >= g_min (= 4).
   EXPECT_EQ(Topology::make(8, 384, 4).group_sizes(), (std::vector<int>{8, 4}));
   EXPECT_EQ(Topology::make(24, 384, 4).group_sizes(), (std::vector<int>{24, 12, 6}));
   EXPECT_EQ(Topology::make(6, 384, 4).group_sizes(), (std::vector<int>{6}));

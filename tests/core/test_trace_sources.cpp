@@ -198,7 +198,8 @@ TEST(Synthetic, PowerLawIsSeededAndFollowsZipf) {
 }
 
 TEST(Synthetic, RankImbalanceTuningHitsTheTargets) {
-  // Issue 10: EP64, E = 256, top-8, targets 1.5 / 2.0 / 3.0 (2 layers to keep the test short).
+  // The EP64 heavy-skew setting: EP64, E = 256, top-8, targets 1.5 / 2.0 / 3.0 (2 layers to keep
+  // the test short).
   SyntheticOptions o;
   o.num_experts = 256;
   o.top_k = 8;

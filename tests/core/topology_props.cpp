@@ -1,4 +1,4 @@
-// Properties of the topology (aligned group levels, DESIGN §3) and of the core metrics.
+// Properties of the topology (aligned group levels, docs/design.md §3) and of the core metrics.
 #include <gtest/gtest.h>
 #include <rapidcheck.h>
 #include <rapidcheck/gtest.h>

@@ -85,7 +85,7 @@ inline HaloQOptions cpu_options(const GpuPlannerOptions& o) {
   return cpu;
 }
 
-// The variants of issue 6, rotated over batches.
+// The GPU planner's policy variants (GpuPlannerOptions), rotated over batches.
 inline GpuPlannerOptions variant(int idx) {
   GpuPlannerOptions o;
   switch (idx % 5) {

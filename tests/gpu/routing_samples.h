@@ -1,7 +1,7 @@
 // Routing inputs for the GPU planner tests and benchmark: the bundled real histograms
-// (dsv41-flash/coding.csv) and a seeded token sampler (DESIGN §8 sampling rule: every token draws
-// k distinct experts with probability ∝ weight, without replacement). Kept small and local until
-// the data readers land in main.
+// (dsv41-flash/coding.csv) and a seeded token sampler (docs/design.md §8 sampling rule: every token
+// draws k distinct experts with probability ∝ weight, without replacement). Kept small and local
+// until the data readers land in main.
 #pragma once
 
 #include <algorithm>

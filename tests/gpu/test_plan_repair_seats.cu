@@ -1,5 +1,5 @@
 // The register repair's seat arithmetic (plan_repair.cuh: seat_first, seat_second, rotate_ring)
-// against the circle method of DESIGN §4.4 (repair.cpp), on the host: the pairs each phase
+// against the circle method of docs/design.md §4.4 (repair.cpp), on the host: the pairs each phase
 // trades, in order, for 2, 4, 6 and 8 seats, and every value back at its rank's position after
 // the 2 (seats - 1) phases. Needs no GPU (it runs in CI); the GPU tests compare the plans.
 #include <gtest/gtest.h>
@@ -16,7 +16,8 @@ namespace {
 
 using Phases = std::vector<std::vector<std::pair<int, int>>>;
 
-// DESIGN §4.4: ring = [1 .. seats - 1]; a phase pairs (0, ring[0]) and (ring[w], ring[seats - 1
+// docs/design.md §4.4: ring = [1 .. seats - 1]; a phase pairs (0, ring[0]) and (ring[w], ring[seats
+// - 1
 // - w]) for w = 1 .. seats / 2 - 1, then rotates the ring right by one; 2 (seats - 1) phases.
 Phases circle_method(int seats) {
   std::vector<int> ring(seats - 1);

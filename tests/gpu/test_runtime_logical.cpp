@@ -341,10 +341,10 @@ void expect_replicas_every_shape(Runtime& rt, const std::vector<CopyOp>& ops,
   }
 }
 
-// SAMI with the owner inside its group (DESIGN §4.5: the owner also fills its own helper slot),
-// P = 4: groups of 4 with the owner at position 2 and at position 0, groups of 2 with the owner
-// at position 1 ({2, 3}) and 0 ({0, 1}). A 1 MiB bundle (129 slices, the last one partial: each
-// member of a group of 4 runs a pipeline of 32-33 slices). Every copy shape, 1 to 16 SMs, both
+// SAMI with the owner inside its group (docs/design.md §4.5: the owner also fills its own helper
+// slot), P = 4: groups of 4 with the owner at position 2 and at position 0, groups of 2 with the
+// owner at position 1 ({2, 3}) and 0 ({0, 1}). A 1 MiB bundle (129 slices, the last one partial:
+// each member of a group of 4 runs a pipeline of 32-33 slices). Every copy shape, 1 to 16 SMs, both
 // transports that run SAMI ops: every member's helper slot is byte-identical to the owner's
 // bundle (poisoned first), the gate marks every replica valid, READY is exactly 2g+1 everywhere,
 // homes are untouched.

@@ -191,8 +191,8 @@ void expect_replicas_every_shape_then_graph(const RankEnv& env, const std::vecto
   cudaStreamDestroy(stream);
 }
 
-// SAMI with the owner inside a group of two (DESIGN §4.5: the owner also uses its helper slot):
-// each rank moves every other slice of the owner's bundle (the owner from its home slot, the
+// SAMI with the owner inside a group of two (docs/design.md §4.5: the owner also uses its helper
+// slot): each rank moves every other slice of the owner's bundle (the owner from its home slot, the
 // other rank over NVLink) and stores it to both helper slots. Both ranks as owners, a bundle of
 // 387 slices (the last one partial, odd count: member 0 moves one more), transports p2p-sami and
 // plan (SAMI ops), checked as expect_replicas_every_shape_then_graph says.

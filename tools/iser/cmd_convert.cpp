@@ -1,4 +1,4 @@
-// `iser convert`: any supported routing format -> canonical safetensors (DESIGN §8).
+// `iser convert`: any supported routing format -> canonical safetensors (docs/design.md §8).
 #include <fmt/format.h>
 
 #include "commands.h"

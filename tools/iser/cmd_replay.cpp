@@ -1,5 +1,5 @@
 // `iser replay`: the main job. Replays routing data through the policies and prints, per EP
-// degree and policy, the metrics of DESIGN §7.
+// degree and policy, the metrics of docs/design.md §7.
 #include <unistd.h>
 
 #include <cstdio>

@@ -20,8 +20,8 @@ std::string replay_layer_svg(const ReplayResult& result, int ep);
 std::vector<std::filesystem::path> write_layer_svgs(const ReplayResult& result,
                                                     const std::filesystem::path& path);
 
-// The E1 comparison (issue 4): report.md with Markdown tables plus SVG figures (Figure 7a per
-// EP, 7b send-out/receive-in, 4c owner payloads, static vs per-invocation R).
+// The E1 comparison (the paper's experiment E1): report.md with Markdown tables plus SVG figures
+// (Figure 7a per EP, 7b send-out/receive-in, 4c owner payloads, static vs per-invocation R).
 void write_replay_report(const ReplayResult& result, const std::filesystem::path& dir);
 
 }  // namespace iser::cli

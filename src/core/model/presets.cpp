@@ -47,7 +47,7 @@ const MoeShape kMoeShapes[] = {
      "one shared expert"},
     {"kimi-k3", 3584, 3072, 896, 16, 2, 7168, 3072,
      "paper §3.1 [14]: latent MoE, top-16 of 896, latent He 3584, I 3072; two shared experts on "
-     "the full hidden size 7168 with I 3072 (issue 5)"},
+     "the full hidden size 7168 with I 3072"},
 };
 
 }  // namespace

@@ -1,4 +1,4 @@
-// HALO-Q stage 3: slot coloring (DESIGN §4.3).
+// HALO-Q stage 3: slot coloring (docs/design.md §4.3).
 //
 // NOTE: aligned groups are nested or disjoint. Colouring coarse to fine, every group coloured
 // before G that meets G contains G (or equals it), so all members of G see the same used
@@ -6,10 +6,11 @@
 // that argument, which is why a resident broadcast may claim its previous index instead of the
 // smallest one, as long as it does so among broadcasts of its own level.
 //
-// DESIGN: an owner outside its group is not coloured (it serves from its home slot).
-// DESIGN (resident variant): within a level, matching broadcasts (same expert, level and group
-// as one of `previous`) first claim their previous helper index in plan order when it is free on
-// the whole group; then the remaining broadcasts of the level take the smallest free index.
+// Interpretation: an owner outside its group is not coloured (it serves from its home slot).
+// Interpretation (resident variant, docs/design.md §5): within a level, matching broadcasts (same
+// expert, level and group as one of `previous`) first claim their previous helper index in plan
+// order when it is free on the whole group; then the remaining broadcasts of the level take the
+// smallest free index.
 #include <bit>
 
 #include "iser/error.h"

@@ -1,4 +1,4 @@
-// HALO-Q driver: the four planning stages in DESIGN order.
+// HALO-Q driver: the four planning stages in the order of docs/design.md §4.
 #include "iser/planner.h"
 
 namespace iser {

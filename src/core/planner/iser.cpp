@@ -1,4 +1,4 @@
-// The `iser` policy's placement (issue 10): HALO-Q's multicast constraints with room-aware
+// The `iser` policy's placement (docs/design.md §5): HALO-Q's multicast constraints with room-aware
 // choices. Deterministic int32 logic only, so the GPU planner can run it.
 //
 // Kept from HALO-Q (what multicast needs): aligned groups; a broadcast is admitted only if every

@@ -1,7 +1,7 @@
-// HALO-Q stage 2: placement (DESIGN §4.2).
+// HALO-Q stage 2: placement (docs/design.md §4.2).
 //
-// Interpretations of DESIGN (each marked "DESIGN:" below) are choices the GPU planner must make
-// the same way:
+// Interpretations of docs/design.md §4.2 (each marked "Interpretation:" below) are choices the GPU
+// planner must make the same way:
 //  - hist, loads, T and every sum are int32; the total number of routes is checked against
 //    kMaxPlannerRoutes so no intermediate overflows. ceil(a / b) is computed as a / b + (a % b
 //    != 0), never as (a + b - 1) / b.
@@ -9,7 +9,7 @@
 //  - "wanted level = finest level whose group size >= need": level 0 (size P) always qualifies
 //    because mass <= Σ L <= P·T.
 //  - room(G) counts members other than the owner; the owner's own deficit never counts.
-//  - q[o] = mass − moved (DESIGN writes "q[o] = mass" before the members take their share).
+//  - q[o] = mass − moved (docs/design.md §4.2, step 6).
 //  - "coldest first by L before this step": members sorted by (L, rank) ascending, with L as it
 //    was before this broadcast; members at or above T take nothing.
 //  - The pass budget P·(C + 2) counts every pass, including those that only freeze an owner.
@@ -90,9 +90,10 @@ GroupChoice best_group(const Topology& topo, int level, int owner, int32_t targe
   return best;
 }
 
-// DESIGN: the level walk. Reference: from the wanted level toward 0, the first level whose best
-// group has room > 0. absorb: a level is accepted at once only if its room >= give; otherwise the
-// best fallback seen (most room; ties keep the finer level) is taken when no level absorbs give.
+// Interpretation: the level walk. Reference: from the wanted level toward 0, the first level whose
+// best group has room > 0. absorb: a level is accepted at once only if its room >= give; otherwise
+// the best fallback seen (most room; ties keep the finer level) is taken when no level absorbs
+// give.
 GroupChoice choose_group(const Topology& topo, int wanted_level, int owner, int32_t target,
                          int32_t give, const std::vector<int32_t>& loads,
                          const HaloQOptions& options, const PlannerWorkspace& ws) {

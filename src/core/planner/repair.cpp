@@ -1,6 +1,6 @@
-// HALO-Q stage 4: quota repair (DESIGN §4.4).
+// HALO-Q stage 4: quota repair (docs/design.md §4.4).
 //
-// Interpretations (DESIGN:):
+// Interpretations of docs/design.md §4.4:
 //  - "Order broadcasts by expert id": ties (an expert broadcast twice, which HALO-Q never does
 //    but other plans may) keep plan order. Pulls and gives are filled in that order.
 //  - Circle method with n seats, n = P for even P and P + 1 for odd P (seat P is the bye: a pair

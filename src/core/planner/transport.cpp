@@ -1,9 +1,9 @@
-// HALO-Q stage 6: transport mode per broadcast (DESIGN §4.6).
+// HALO-Q stage 6: transport mode per broadcast (docs/design.md §4.6).
 //
 // Owner-direct when the owner is a member of G_b and either G_b is pure (every broadcast whose
 // group meets G_b has exactly G_b as group and its owner inside) or b is its owner's coarsest
 // in-group broadcast (ties: earlier in plan order); SAMI otherwise.
-// DESIGN: "meeting G_b" means sharing at least one member; b itself is included (trivially
+// Interpretation: "meeting G_b" means sharing at least one member; b itself is included (trivially
 // exact). Levels compare as numbers (smaller = coarser).
 #include "iser/planner.h"
 

@@ -9,8 +9,8 @@
 //  * Each is one broadcast to the level-0 group (all P ranks, owner included, so P - 1 remote
 //    copies: 28/60/92 per layer at EP8/16/24 with S = 4, the paper's counts), helper index = its
 //    position in that order, transport owner-direct (every broadcast targets the whole level-0
-//    group with its owner inside: a pure group, DESIGN §4.6). Flows come from the shared route
-//    rewrite (local first, north-west corner).
+//    group with its owner inside: a pure group, docs/design.md §4.6). Flows come from the shared
+//    route rewrite (local first, north-west corner).
 // Quotas (the paper gives the policy's residual R = 1.038/1.193/1.348 at EP8/16/24, not its
 // split):
 //  * `all-rank`: every rank computes its own routes of a replicated expert (q[r] = c[r][e]); no

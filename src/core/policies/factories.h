@@ -19,7 +19,7 @@ std::unique_ptr<Policy> make_halo_q_owner_in_policy(const Topology& topo,
                                                     const PolicyOptions& options);
 std::unique_ptr<Policy> make_iser_policy(const Topology& topo, const PolicyOptions& options);
 
-// Baselines (DESIGN §6): policies/eplb_static.cpp, all_rank.cpp, p2p.cpp.
+// Baselines (docs/design.md §6): policies/eplb_static.cpp, all_rank.cpp, p2p.cpp.
 std::unique_ptr<Policy> make_eplb_policy(const Topology& topo, const PolicyOptions& options);
 std::unique_ptr<Policy> make_eplb_window_policy(const Topology& topo, const PolicyOptions& options);
 std::unique_ptr<Policy> make_all_rank_policy(const Topology& topo, const PolicyOptions& options);

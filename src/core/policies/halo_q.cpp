@@ -1,4 +1,4 @@
-// The HALO-Q family of policies: the reference (`halo-q`) and its DESIGN §5 variants
+// The HALO-Q family of policies: the reference (`halo-q`) and its docs/design.md §5 variants
 // (`owner-home`, `absorb`, `resident`, `halo-q-owner-in`). They share one planner; a variant is a
 // set of HaloQOptions.
 #include <string>
@@ -65,7 +65,7 @@ class HaloQPolicy final : public Policy {
 
 }  // namespace
 
-// iser: the recommended default (issue 10). Resident replicas are kept (no bytes moved when the
+// iser: the recommended default. Resident replicas are kept (no bytes moved when the
 // previous invocation left the expert in the same group and helper index); min_move applies.
 std::unique_ptr<Policy> make_iser_policy(const Topology& topo, const PolicyOptions& policy) {
   HaloQOptions options;

@@ -1,4 +1,4 @@
-// Canonical safetensors traces (DESIGN §8): TraceData validation, reader, writers.
+// Canonical safetensors traces (docs/design.md §8): TraceData validation, reader, writers.
 #include <algorithm>
 #include <cstring>
 #include <set>

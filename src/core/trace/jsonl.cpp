@@ -1,4 +1,4 @@
-// JSONL per-token routing (DESIGN §8). Two row layouts are accepted, mixed freely:
+// JSONL per-token routing (docs/design.md §8). Two row layouts are accepted, mixed freely:
 //   {"layer": l, "topk_ids" | "experts": [k ids], "token_idx": t, "req_id" | "problem_id" |
 //    "request_id": r, ...}                          one row per (token, layer)
 //   {"topk_ids": [[k ids] x L], "token_idx": t, "req_id": r}   one row per token, all layers

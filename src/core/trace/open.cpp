@@ -1,4 +1,4 @@
-// Format detection and the entry points that read files (DESIGN §8).
+// Format detection and the entry points that read files (docs/design.md §8).
 #include <cstdlib>
 #include <cstring>
 

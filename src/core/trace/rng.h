@@ -1,6 +1,6 @@
-// Random numbers for the sampling rule (DESIGN §8). Fixed algorithms (splitmix64 for seeding,
-// xoshiro256** for streams, Lemire's nearly-divisionless bounded integers) so a seed gives the
-// same routes on every platform and standard library; std::*_distribution is not stable across
+// Random numbers for the sampling rule (docs/design.md §8). Fixed algorithms (splitmix64 for
+// seeding, xoshiro256** for streams, Lemire's nearly-divisionless bounded integers) so a seed gives
+// the same routes on every platform and standard library; std::*_distribution is not stable across
 // implementations and is never used here.
 #pragma once
 

@@ -1,4 +1,4 @@
-// The sampling rule (DESIGN §8): each token draws k distinct experts with probability
+// The sampling rule (docs/design.md §8): each token draws k distinct experts with probability
 // proportional to an integer weight (a histogram count), without replacement.
 //
 // Draws use an exact integer alias table (Vose's construction on weights scaled by E, so every

@@ -1,4 +1,5 @@
-// Synthetic routing generators (DESIGN §8), internal interface for tools that calibrate them.
+// Synthetic routing generators (docs/design.md §8), internal interface for tools that calibrate
+// them.
 #pragma once
 
 #include <cstdint>
