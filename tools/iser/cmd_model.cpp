@@ -31,11 +31,14 @@ constexpr double kGiga = 1e9;
 
 // "12345678" -> "12,345,678" (integers only; the paper's style for counts).
 std::string with_commas(double value) {
-  std::string digits = fmt::format("{:.0f}", std::abs(value));
-  for (int pos = static_cast<int>(digits.size()) - 3; pos > 0; pos -= 3) {
-    digits.insert(static_cast<size_t>(pos), ",");
+  const std::string digits = fmt::format("{:.0f}", std::abs(value));
+  // Appends rather than inserts: g++ 12 -O3 warns (-Wrestrict, a false positive) on insert here.
+  std::string out = value < 0 ? "-" : "";
+  for (size_t i = 0; i < digits.size(); ++i) {
+    if (i > 0 && (digits.size() - i) % 3 == 0) out.push_back(',');
+    out.push_back(digits[i]);
   }
-  return (value < 0 ? "-" : "") + digits;
+  return out;
 }
 
 // Parses "<number>[unit]" where unit maps to a multiplier; a bare number uses `bare_multiplier`.
