@@ -191,7 +191,7 @@ struct EpMoeLayer::Impl {
                  const std::vector<int64_t>& to_off, const std::vector<int64_t>& to_count);
   // MAIN, right after the READY gate: refills this rank's helper slots that the gate did not
   // validate from their experts' home bundles (owner's symmetric memory), counting them.
-  void launch_fallback(const std::vector<CopyOp>& ops);
+  void launch_fallback(const std::vector<CopyOp>& copy_ops);
   // gpu planner, COPY stream right after the count exchange into the block: plan, copy list,
   // `plan_ready`, then the replication; the read-back stream copies the block to the host
   // after `plan_ready` and records `counts_ready`.
@@ -200,7 +200,7 @@ struct EpMoeLayer::Impl {
   cuda::PlanCopyListParams copy_list_params() const;
   // gpu planner, host, after `counts_ready`: decodes and checks the plan the device replicated.
   // Returns false (logged; `plan` = no balancing, `ops` empty) when it cannot be used.
-  bool accept_gpu_plan(const CountMatrix& counts, Plan& plan, std::vector<CopyOp>& ops) const;
+  bool accept_gpu_plan(const CountMatrix& counts, Plan& plan, std::vector<CopyOp>& copy_ops) const;
   int32_t* block_words() const { return plan_block.get<int32_t>(); }
   CopyOp* block_ops() const { return reinterpret_cast<CopyOp*>(block_words() + block.ops_offset); }
 };
@@ -242,7 +242,7 @@ void EpMoeLayer::Impl::enqueue_gpu_plan() {
 }
 
 bool EpMoeLayer::Impl::accept_gpu_plan(const CountMatrix& counts, Plan& plan,
-                                       std::vector<CopyOp>& ops) const {
+                                       std::vector<CopyOp>& copy_ops) const {
   const GpuPlanLayout& layout = gpu_planner->layout();
   const std::span<const int32_t> words(block_host + block.plan_offset, layout.total_words());
   const auto status = static_cast<uint32_t>(words[GpuPlanLayout::kStatus]);
@@ -257,15 +257,15 @@ bool EpMoeLayer::Impl::accept_gpu_plan(const CountMatrix& counts, Plan& plan,
       if (!issues.empty()) {
         problem = "invalid plan: " + issues.front();
       } else {
-        ops = make_copy_list(plan);
-        validate_copy_list(runtime->config(), ops);
+        copy_ops = make_copy_list(plan);
+        validate_copy_list(runtime->config(), copy_ops);
         const int32_t device_ops = block_host[0];
         const auto* device_list = reinterpret_cast<const CopyOp*>(block_host + block.ops_offset);
-        if (device_ops != static_cast<int32_t>(ops.size()) ||
-            (!ops.empty() &&
-             std::memcmp(device_list, ops.data(), ops.size() * sizeof(CopyOp)) != 0)) {
+        if (device_ops != static_cast<int32_t>(copy_ops.size()) ||
+            (!copy_ops.empty() &&
+             std::memcmp(device_list, copy_ops.data(), copy_ops.size() * sizeof(CopyOp)) != 0)) {
           problem = fmt::format("the device copy list ({} ops) is not the plan's ({} ops)",
-                                device_ops, ops.size());
+                                device_ops, copy_ops.size());
         }
       }
     } catch (const std::exception& e) {
@@ -276,11 +276,11 @@ bool EpMoeLayer::Impl::accept_gpu_plan(const CountMatrix& counts, Plan& plan,
   std::fprintf(stderr, "iser: ep layer rank %d: GPU plan rejected (%s); invocation unbalanced\n",
                rank, problem.c_str());
   plan = make_empty_plan(config.topo, counts);
-  ops.clear();
+  copy_ops.clear();
   return false;
 }
 
-void EpMoeLayer::Impl::launch_fallback(const std::vector<CopyOp>& ops) {
+void EpMoeLayer::Impl::launch_fallback(const std::vector<CopyOp>& copy_ops) {
   const Topology& topo = config.topo;
   cuda::FallbackCopyParams params;
   params.slot_expert = slot_expert.get<int32_t>();
@@ -293,7 +293,7 @@ void EpMoeLayer::Impl::launch_fallback(const std::vector<CopyOp>& ops) {
   const auto* local_base = static_cast<const char*>(runtime->peer_base(rank));
   const int bank = runtime->bank_of(generation);
   bool any = false;
-  for (const CopyOp& op : ops) {
+  for (const CopyOp& op : copy_ops) {
     if (rank < op.group_begin || rank >= op.group_begin + op.group_size) continue;
     const int home_idx = op.expert - topo.first_home_expert(op.owner);
     const auto* home = static_cast<const char*>(runtime->home_bundle(0, 0, home_idx));

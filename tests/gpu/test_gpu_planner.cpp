@@ -196,7 +196,7 @@ TEST(GpuPlannerIser, MatchesCpuOnPowerLawCounts) {
   g_iser_repeats = 0;
   // S = 2 with E = 256 is the EP64 heavy-skew setting of docs/evaluation.md; S = 4, E = 384 the
   // default topology.
-  for (const auto [slots, experts] : {std::pair{2, 256}, std::pair{4, 384}}) {
+  for (const auto& [slots, experts] : {std::pair{2, 256}, std::pair{4, 384}}) {
     check_power_law(iser_variant(0), experts, slots, 0.1);
     if (HasFailure()) return;
   }

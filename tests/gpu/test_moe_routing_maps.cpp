@@ -45,7 +45,9 @@ void simulate(const MapsCase& c, const std::string& policy_name) {
   policy->prepare(std::span<const CountMatrix>(&counts, 1));  // static policies (eplb)
   const Plan plan = policy->plan(counts).plan;
   // The skewed routing must make the reference policy replicate, or the test proves little.
-  if (policy_name == "halo-q") ASSERT_FALSE(plan.broadcasts.empty());
+  if (policy_name == "halo-q") {
+    ASSERT_FALSE(plan.broadcasts.empty());
+  }
   SCOPED_TRACE(policy_name + " P" + std::to_string(num_ranks) + " broadcasts " +
                std::to_string(plan.broadcasts.size()));
 
@@ -78,7 +80,9 @@ void simulate(const MapsCase& c, const std::string& policy_name) {
     int64_t row = 0;
     for (int l = 0; l < per_rank; ++l) {
       const int expert = expert_in_slot(topo, plan, d, l);
-      if (expert < 0) ASSERT_EQ(m.rows_per_slot[l], 0) << "rows in an empty helper slot";
+      if (expert < 0) {
+        ASSERT_EQ(m.rows_per_slot[l], 0) << "rows in an empty helper slot";
+      }
       for (int32_t i = 0; i < m.rows_per_slot[l]; ++i, ++row) {
         y[row] = tag(expert, recv[d][m.expert_gather[row]]);
       }

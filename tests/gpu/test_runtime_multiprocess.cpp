@@ -255,7 +255,9 @@ TEST(MultiProcess, StalledHostLaneFallsBackWithoutHang) {
   cudaStream_t stream = nullptr;
   ISER_EXPECT_CUDA(cudaStreamCreateWithFlags(&stream, cudaStreamNonBlocking));
   barrier(comm);
-  if (env->rank == 0) ISER_EXPECT_CUDA(launch_stall(device_flag, 1'500'000'000ull, stream));
+  if (env->rank == 0) {
+    ISER_EXPECT_CUDA(launch_stall(device_flag, 1'500'000'000ull, stream));
+  }
   rt.replicate(device_ops.get(), 1, 0, 1, Transport::kP2PSamiHost, stream);
   rt.ready_gate(device_ops.get(), 1, 1, slot_expert.get(), stream, Transport::kP2PSamiHost);
   ISER_EXPECT_CUDA(cudaStreamSynchronize(stream));
