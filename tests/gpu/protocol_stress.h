@@ -51,9 +51,10 @@ struct StressResult {
   uint64_t expected_validated = 0;
   uint64_t fallback_routes = 0;  // the runtime's counters, summed over the local ranks
   uint64_t expected_fallback_routes = 0;
-  int64_t matrix_errors = 0;          // exchanged counts that differ from the rows
-  int64_t gate_errors = 0;            // slot-map entries that differ from the copy list's
-  int64_t route_errors = 0;           // rewritten routes that differ from the host's expectation
+  int64_t matrix_errors = 0;  // exchanged counts that differ from the rows
+  int64_t gate_errors = 0;    // slot-map entries that differ from the copy list's
+  int64_t flag_errors = 0;    // READY / release flags not at the last generation after a batch
+  int64_t route_errors = 0;   // rewritten routes that differ from the host's expectation
   std::vector<std::string> statuses;  // non-ok runtime statuses
 };
 
@@ -288,6 +289,17 @@ class ProtocolStress {
         for (int k = 0; k < map_words(); ++k) {
           r.gate_errors += maps[(static_cast<size_t>(b) * p + i) * map_words() + k] != expect[k];
         }
+      }
+    }
+    // Every writer published the last generation as complete (2g + 1) to every rank, and every
+    // consumer released it.
+    const runtime::RegionLayout layout = runtime::make_region_layout(c);
+    for (int d = 0; d < p; ++d) {
+      for (const uint64_t v : read_flags(*rt_, d, layout.ready_flags)) {
+        r.flag_errors += v != 2 * generation_ + 1;
+      }
+      for (const uint64_t v : read_flags(*rt_, d, layout.consumed_flags)) {
+        r.flag_errors += v != generation_;
       }
     }
     const std::vector<int32_t> got = route_slots_->download();

@@ -213,6 +213,7 @@ TEST(RuntimeOrdering, ClearStatusAfterAFaultLeavesLaterGenerationsIntact) {
     EXPECT_EQ(r.matrix_errors, 0);
     EXPECT_EQ(r.gate_errors, 0);
     EXPECT_EQ(r.route_errors, 0);
+    EXPECT_EQ(r.flag_errors, 0);
     for (const std::string& s : r.statuses) ADD_FAILURE() << s;
   }
 }

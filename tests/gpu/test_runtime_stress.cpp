@@ -5,6 +5,9 @@
 // (compute-sanitizer) runs a few on one stream.
 #include <gtest/gtest.h>
 
+#include <cctype>
+#include <cstdio>
+#include <string>
 #include <vector>
 
 #include "protocol_stress.h"
@@ -66,6 +69,7 @@ TEST_P(ProtocolStressTest, ValidatedSlotsHoldTheirOwnersBytes) {
   EXPECT_EQ(r.matrix_errors, 0);
   EXPECT_EQ(r.gate_errors, 0);
   EXPECT_EQ(r.route_errors, 0);
+  EXPECT_EQ(r.flag_errors, 0);
   for (const std::string& s : r.statuses) ADD_FAILURE() << s;
 }
 
