@@ -34,28 +34,38 @@ struct StressConfig {
   double stall_probability = 0.25;  // per injection point
   uint64_t max_stall_ns = 40'000;
   bool clear_status_each_generation = false;  // clear_status() while writers are in flight
+  // Coupled (as in the EP layers, where the next generation's count exchange follows every
+  // rank's gate): the next generation's writers wait for this generation's gate, and every
+  // planned replica must be validated. Decoupled: writers may run ahead of the gates; a writer
+  // with nothing to write in g+1 then publishes READY g+1 before a late gate read g, which the
+  // gate refuses conservatively (kReadyOvertaken: -1, routes go home): allowed, counted.
+  bool coupled = true;
   // Everything on one stream, every rank in one launch (runs where launches are serialized, as
   // under compute-sanitizer); the delays are still injected between the launches.
   bool one_stream = false;
 
   std::string name() const {
     return std::string(to_string(transport)) + "/" + std::string(to_string(path)) + "/P" +
-           std::to_string(num_ranks) + "/banks" + std::to_string(num_banks);
+           std::to_string(num_ranks) + "/banks" + std::to_string(num_banks) +
+           (coupled ? "" : "/decoupled");
   }
 };
 
 struct StressResult {
   int64_t generations = 0;
-  uint64_t mismatches = 0;  // 16-byte words of validated slots that differ from the owner
-  uint64_t validated = 0;
-  uint64_t expected_validated = 0;
-  uint64_t fallback_routes = 0;  // the runtime's counters, summed over the local ranks
-  uint64_t expected_fallback_routes = 0;
-  int64_t matrix_errors = 0;  // exchanged counts that differ from the rows
-  int64_t gate_errors = 0;    // slot-map entries that differ from the copy list's
-  int64_t flag_errors = 0;    // READY / release flags not at the last generation after a batch
-  int64_t route_errors = 0;   // rewritten routes that differ from the host's expectation
-  std::vector<std::string> statuses;  // non-ok runtime statuses
+  uint64_t mismatches = 0;         // 16-byte words of validated slots that differ from the owner
+  uint64_t validated = 0;          // (view, slot) pairs the consumer checked (gate said valid)
+  uint64_t mapped_slots = 0;       // ... as counted on the host from the gate's maps
+  uint64_t planned_slots = 0;      // (view, slot) pairs the copy lists fill
+  uint64_t invalidated_slots = 0;  // decoupled: planned slots the gate conservatively refused
+  uint64_t fallback_routes = 0;    // the runtime's counters, summed over the local ranks
+  uint64_t expected_fallback_routes = 0;  // routes whose slot the gate's map does not validate
+  int64_t matrix_errors = 0;              // exchanged counts that differ from the rows
+  int64_t gate_errors = 0;   // slot-map entries that are neither the copy list's nor allowed -1
+  int64_t flag_errors = 0;   // READY / release flags not at the last generation after a batch
+  int64_t route_errors = 0;  // rewritten routes that differ from the gate's map
+  int overtaken_ranks = 0;   // decoupled: ranks whose status is kReadyOvertaken
+  std::vector<std::string> statuses;  // other non-ok runtime statuses
 };
 
 // Generation count of the stress tests: ISER_STRESS_GENERATIONS, else `fallback` (a tenth of it
@@ -95,6 +105,7 @@ class ProtocolStress {
     for (cudaStream_t& s : streams_) {
       EXPECT_EQ(cudaStreamCreateWithFlags(&s, cudaStreamNonBlocking), cudaSuccess);
     }
+    EXPECT_EQ(cudaEventCreateWithFlags(&gated_, cudaEventDisableTiming), cudaSuccess);
     never_ = std::make_unique<DeviceVector<int>>(std::vector<int>{0});
     counters_ =
         std::make_unique<DeviceVector<unsigned long long>>(std::vector<unsigned long long>{0, 0});
@@ -108,6 +119,7 @@ class ProtocolStress {
   ~ProtocolStress() {
     cudaDeviceSynchronize();
     for (cudaStream_t s : streams_) cudaStreamDestroy(s);
+    cudaEventDestroy(gated_);
   }
   ProtocolStress(const ProtocolStress&) = delete;
   ProtocolStress& operator=(const ProtocolStress&) = delete;
@@ -124,12 +136,12 @@ class ProtocolStress {
     const std::vector<unsigned long long> counters = counters_->download();
     r.mismatches = counters[0];
     r.validated = counters[1];
-    r.expected_validated = expected_validated_;
-    r.expected_fallback_routes = expected_fallback_;
     for (int i = 0; i < rt_->num_local_ranks(); ++i) {
       const RuntimeStatus s = rt_->status(i);
       r.fallback_routes += s.fallback_routes;
-      if (s.code != StatusCode::kOk) {
+      if (s.code == StatusCode::kReadyOvertaken && !config_.coupled) {
+        ++r.overtaken_ranks;
+      } else if (s.code != StatusCode::kOk) {
         r.statuses.push_back("rank " + std::to_string(i) + ": " + s.message());
       }
     }
@@ -147,22 +159,19 @@ class ProtocolStress {
     EXPECT_EQ(launch_stall(never_->get(), ns, stream), cudaSuccess);
   }
 
-  // Routes of every rank: to a replica (kept), to a helper slot with another expert (or none:
-  // back home), to a home slot, or padding (-1).
+  // Routes of every rank: to a replica, to a helper slot with another expert (or none), to a
+  // home slot, or padding (-1). Where each must land follows from the gate's slot map.
   void make_routes(const std::vector<CopyOp>& ops, std::vector<int32_t>& experts,
-                   std::vector<int32_t>& slots, std::vector<int32_t>& want) {
+                   std::vector<int32_t>& slots) {
     const RuntimeConfig& c = runtime_config_;
-    const std::vector<int32_t> holds = expected_slot_expert(c, ops);
     const int per_rank = kHome + kSlots;
     for (int i = 0; i < c.num_ranks * kRoutes; ++i) {
       const int kind = static_cast<int>(rng_() % 4);
       int32_t expert = static_cast<int32_t>(rng_() % c.num_experts);
       int32_t slot = (expert / kHome) * per_rank + expert % kHome;
-      int32_t home = slot;
       if (kind == 0 && !ops.empty()) {
         const CopyOp& op = ops[rng_() % ops.size()];
         expert = op.expert;
-        home = (expert / kHome) * per_rank + expert % kHome;
         slot = (op.group_begin + static_cast<int>(rng_() % op.group_size)) * per_rank + kHome +
                op.helper;
       } else if (kind == 1) {
@@ -170,21 +179,21 @@ class ProtocolStress {
         const int h = static_cast<int>(rng_() % kSlots);
         slot = d * per_rank + kHome + h;
       } else if (kind == 3) {
-        slot = home = -1;
-      }
-      int32_t expect = slot;
-      if (slot >= 0 && slot % per_rank >= kHome) {
-        const int d = slot / per_rank;
-        const int h = slot % per_rank - kHome;
-        if (holds[static_cast<size_t>(d) * kSlots + h] != expert) {
-          expect = home;
-          ++expected_fallback_;
-        }
+        slot = -1;
       }
       experts.push_back(expert);
       slots.push_back(slot);
-      want.push_back(expect);
     }
+  }
+
+  // Where a route of a rank whose gate wrote `map` ([P*S]) must land after the fallback.
+  int32_t route_target(const int32_t* map, int32_t expert, int32_t slot) const {
+    const int per_rank = kHome + kSlots;
+    if (slot < 0 || slot % per_rank < kHome) return slot;
+    const int d = slot / per_rank;
+    const int h = slot % per_rank - kHome;
+    if (map[d * kSlots + h] == expert) return slot;
+    return (expert / kHome) * per_rank + expert % kHome;
   }
 
   StressCheckParams check_params(int bank, const int32_t* slot_expert) const {
@@ -214,15 +223,15 @@ class ProtocolStress {
     std::vector<std::vector<CopyOp>> ops(count);
     std::vector<CopyOp> all_ops(static_cast<size_t>(kBatch) * kMaxOps);
     std::vector<int32_t> rows(static_cast<size_t>(kBatch) * row_words());
-    std::vector<int32_t> experts, slots, want;
+    std::vector<int32_t> experts, slots;
     for (int b = 0; b < count; ++b) {
       ops[b] = random_ops(c, rng_, kMaxOps);
       std::copy(ops[b].begin(), ops[b].end(), all_ops.begin() + b * kMaxOps);
-      for (const CopyOp& op : ops[b]) expected_validated_ += uint64_t(p) * op.group_size;
+      for (const CopyOp& op : ops[b]) r.planned_slots += uint64_t(p) * op.group_size;
       for (int k = 0; k < row_words(); ++k) {
         rows[static_cast<size_t>(b) * row_words() + k] = static_cast<int32_t>(rng_() % 100000);
       }
-      make_routes(ops[b], experts, slots, want);
+      make_routes(ops[b], experts, slots);
     }
     ops_->upload(all_ops);
     rows_->upload(rows);
@@ -260,6 +269,13 @@ class ProtocolStress {
       const StressCheckParams params = check_params(rt_->bank_of(g), slot_expert);
       maybe_stall(gate);
       rt_->ready_gate(device_ops, num_ops, g, slot_expert, gate, config_.transport);
+      if (config_.coupled && !config_.one_stream) {
+        // The next generation's writers start after every gate of this one (as in the layers).
+        EXPECT_EQ(cudaEventRecord(gated_, gate), cudaSuccess);
+        for (int l = 0; l < num_writer_launches; ++l) {
+          EXPECT_EQ(cudaStreamWaitEvent(writer(l), gated_), cudaSuccess);
+        }
+      }
       EXPECT_EQ(launch_check_replicas(params, gate), cudaSuccess);
       maybe_stall(gate);
       rt_->fallback_rewrite(slot_expert, route_experts_->get() + b * p * kRoutes,
@@ -281,13 +297,21 @@ class ProtocolStress {
         }
       }
     }
-    // The gate's slot map, in every view: exactly the copy list's replicas.
+    // The gate's slot map, in every view: exactly the copy list's replicas (decoupled: or -1,
+    // a conservative invalidation).
     const std::vector<int32_t> maps = slot_expert_->download();
     for (int b = 0; b < count; ++b) {
       const std::vector<int32_t> expect = expected_slot_expert(c, ops[b]);
       for (int i = 0; i < p; ++i) {
         for (int k = 0; k < map_words(); ++k) {
-          r.gate_errors += maps[(static_cast<size_t>(b) * p + i) * map_words() + k] != expect[k];
+          const int32_t got = maps[(static_cast<size_t>(b) * p + i) * map_words() + k];
+          r.mapped_slots += got >= 0;
+          if (got == expect[k]) continue;
+          if (!config_.coupled && got == -1) {
+            ++r.invalidated_slots;
+          } else {
+            ++r.gate_errors;
+          }
         }
       }
     }
@@ -302,8 +326,19 @@ class ProtocolStress {
         r.flag_errors += v != generation_;
       }
     }
+    // Every route lands where the gate's map of its rank says; the fallback count follows.
     const std::vector<int32_t> got = route_slots_->download();
-    for (size_t k = 0; k < want.size(); ++k) r.route_errors += got[k] != want[k];
+    for (int b = 0; b < count; ++b) {
+      for (int i = 0; i < p; ++i) {
+        const int32_t* map = maps.data() + (static_cast<size_t>(b) * p + i) * map_words();
+        for (int n = 0; n < kRoutes; ++n) {
+          const size_t k = (static_cast<size_t>(b) * p + i) * kRoutes + n;
+          const int32_t want = route_target(map, experts[k], slots[k]);
+          r.route_errors += got[k] != want;
+          r.expected_fallback_routes += want != slots[k];
+        }
+      }
+    }
   }
 
   StressConfig config_;
@@ -311,13 +346,12 @@ class ProtocolStress {
   std::mt19937 rng_;
   std::unique_ptr<Runtime> rt_;
   std::vector<cudaStream_t> streams_;         // writer streams, then the gate/consumer stream
+  cudaEvent_t gated_ = nullptr;               // coupled: recorded after each generation's gate
   std::unique_ptr<DeviceVector<int>> never_;  // the stall flag, never set: a stall is a delay
   std::unique_ptr<DeviceVector<unsigned long long>> counters_;  // mismatches, validated
   std::unique_ptr<DeviceVector<CopyOp>> ops_;
   std::unique_ptr<DeviceVector<int32_t>> rows_, matrix_, slot_expert_, route_experts_, route_slots_;
   uint64_t generation_ = 0;
-  uint64_t expected_validated_ = 0;
-  uint64_t expected_fallback_ = 0;
 };
 
 }  // namespace iser::testing
