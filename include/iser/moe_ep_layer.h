@@ -72,10 +72,10 @@ struct EpLayerOptions {
 
 class EpMoeLayer {
  public:
-  // runtime: one rank per process (num_local_ranks() == 1), one layer, bundles of
-  // shape.bundle_bytes() weight bytes and no scales. comm: the NCCL communicator of the same P
-  // ranks for dispatch/combine (not used by the runtime after set-up).
-  // options.planner = kGpu needs a policy the GPU planner covers (gpu_planner_options) and
+  // runtime: one rank per process (num_local_ranks() == 1), one layer, one helper bank
+  // (check_ep_runtime_config), bundles of shape.bundle_bytes() weight bytes and no scales. comm:
+  // the NCCL communicator of the same P ranks for dispatch/combine (not used by the runtime after
+  // set-up). options.planner = kGpu needs a policy the GPU planner covers (gpu_planner_options) and
   // tau * k <= kGpuMaxRoutesPerRank; else iser::Error.
   EpMoeLayer(const LayerConfig& config, Runtime& runtime, ncclComm* comm,
              const EpLayerOptions& options = {});
@@ -114,6 +114,11 @@ class EpMoeLayer {
 
 // RuntimeConfig for this layer (one layer, one helper bank, S helper slots).
 RuntimeConfig ep_runtime_config(const LayerConfig& config);
+// Throws iser::Error (prefixed with `layer`) unless `have` fits the layer: ep_runtime_config's
+// P, E, S and bundle, at least one layer, and exactly one helper bank (both EP layers bind their
+// helper GEMMs to the slots of bank 0).
+void check_ep_runtime_config(const LayerConfig& config, const RuntimeConfig& have,
+                             std::string_view layer);
 // The H + S slot weights of a layer on `runtime` (ep_runtime_config): its home bundles, then the
 // helper slots of bank 0, each bundle w13 then w2 (EpMoeLayer::fill_weights).
 std::vector<SlotWeights> ep_slot_weights(const LayerConfig& config, Runtime& runtime);

@@ -28,7 +28,8 @@ namespace iser {
 using StreamHandle = CUstream_st*;
 
 // Bumped whenever the memory layout or the device protocol changes; ranks must agree.
-inline constexpr int kRuntimeVersion = 2;         // 2: p2p-sami-host (host staging, fingerprint)
+inline constexpr int kRuntimeVersion = 3;         // 2: p2p-sami-host (host staging, fingerprint)
+                                                  // 3: count rows stamped by epoch
 inline constexpr int64_t kSliceBytes = 8192;      // replication unit
 inline constexpr int64_t kBundleAlignment = 256;  // scales start at a 256-byte boundary
 inline constexpr int64_t kSlotAlignment = 4096;   // every slot starts at a 4-KiB boundary
@@ -43,6 +44,11 @@ inline constexpr int kMaxLocalCopyOps = 4096;
 // instead of the host: `replicate` and `exchange_counts` use the rank's last value + 1,
 // `ready_gate` and `release_bank` the generation the rank's last `replicate` used. This is what
 // makes a captured CUDA graph replayable (docs/runtime.md).
+// NOTE: a kDeviceGeneration gate or release reads a counter that only the replicate kernel
+// advances, so it must be stream-ordered after its replicate (the same stream, or an event).
+// The device checks it: a kDeviceGeneration gate (release) that finds no generation newer than
+// the one the rank's previous gate (release) acted on reports kGateEarly and validates
+// (releases) nothing; the routes then fall back home.
 inline constexpr uint64_t kDeviceGeneration = 0;
 
 // One expert's bytes as they sit in a slot (home or helper): weights at offset 0, scales at
@@ -159,6 +165,10 @@ enum class StatusCode : uint32_t {
   kReadyOvertaken = 5,   // writer `peer` is already past generation `tag` (gate ran too late)
   kHostLaneTimeout = 6,  // host lane: owner `peer` never staged (or staged as failed) generation
                          // `tag`; the member publishes READY `tag` as failed
+  kCountOvertaken = 7,   // count exchange: `peer` is already past epoch `tag` (this rank ran
+                         // late, after a timeout); the matrix is not that epoch's
+  kGateEarly = 8,        // kDeviceGeneration gate/release ran before its replicate: generation
+                         // `tag` was already gated/released (nothing validated/released)
 };
 struct RuntimeStatus {
   StatusCode code = StatusCode::kOk;
@@ -229,7 +239,13 @@ class Runtime {
   // Count exchange (epoch >= 1, increasing by one per call, or kDeviceGeneration): `rows`
   // [num_local][E] int32 device (each local rank's count row), `matrix` [num_local][P][E] int32
   // device (the full matrix as each local rank sees it).
+  // Each rank's epoch must be exactly the one its peers publish: a rank that finds a peer past
+  // it (it ran late, after a timeout) reports kCountOvertaken instead of reading a reused row.
   void exchange_counts(const int32_t* rows, int32_t* matrix, uint64_t epoch, StreamHandle stream);
+  // Logical mode only: the count exchange of local ranks [local_begin, local_end) (`rows` and
+  // `matrix` still indexed by local rank from 0; fault injection and per-rank streams in tests).
+  void exchange_counts_ranks(int local_begin, int local_end, const int32_t* rows, int32_t* matrix,
+                             uint64_t epoch, StreamHandle stream);
 
   // Replicate generation `generation` (>= 1, increasing by one per call, or kDeviceGeneration:
   // the rank's last generation + 1; CUDA-graph capturable) of layer `layer`'s
@@ -253,7 +269,8 @@ class Runtime {
 
   // READY gate: waits (acquire, up to timeout) for every writer of `ops` under `transport` (the
   // one replicate used) to publish `generation` (kDeviceGeneration: the one the rank's last
-  // replicate used), then writes `slot_expert` [num_local][P*S]
+  // replicate used; stream-order the gate after that replicate), then writes `slot_expert`
+  // [num_local][P*S]
   // int32 device: the expert whose replica is valid in (rank d, helper h), or -1 (no replica /
   // writer missing / failed: its routes fall back home).
   void ready_gate(const CopyOp* ops, int num_ops, uint64_t generation, int32_t* slot_expert,
@@ -263,8 +280,8 @@ class Runtime {
   // Counts the rewritten routes in the status.
   void fallback_rewrite(const int32_t* slot_expert, const int32_t* expert_ids, int32_t* slot_ids,
                         int64_t routes_per_rank, StreamHandle stream);
-  // Reuse fence: the consumer of `generation` (kDeviceGeneration: the rank's last replicate's)
-  // on every local rank is done with its bank.
+  // Reuse fence: the consumer of `generation` (kDeviceGeneration: the rank's last replicate's;
+  // stream-order the release after that replicate) on every local rank is done with its bank.
   void release_bank(uint64_t generation, StreamHandle stream);
 
   // The generation local rank `local_idx`'s last replicate published (the device counter that
@@ -286,7 +303,12 @@ class Runtime {
   // Status of local rank `local_idx` (synchronises the device); check_status throws on errors.
   RuntimeStatus status(int local_idx) const;
   void check_status() const;
-  void clear_status();
+  // Clears the status words (code, peer, tag, fallback count) of every local rank, enqueued on
+  // `stream`: ordered before the work enqueued there afterwards (nullptr: the legacy stream, and
+  // the call waits for the clearing, so it precedes whatever the caller enqueues next on any
+  // stream). The generation/epoch counters and the replicate kernel's completion counters are
+  // left alone (the kernel keeps those consistent itself).
+  void clear_status(StreamHandle stream = nullptr);
 
   // Bytes of one rank's symmetric region (layout identical on every rank; docs/runtime.md).
   int64_t region_bytes() const { return region_bytes_; }

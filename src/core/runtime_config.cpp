@@ -217,6 +217,16 @@ std::string RuntimeStatus::message() const {
           "host lane: owner rank {} never staged generation {} (or staged it as failed); this "
           "member published it as failed",
           peer, tag);
+    case StatusCode::kCountOvertaken:
+      return fmt::format(
+          "count exchange ran late: rank {} is already past epoch {} (this rank's matrix is not "
+          "that epoch's)",
+          peer, tag);
+    case StatusCode::kGateEarly:
+      return fmt::format(
+          "READY gate or bank release with kDeviceGeneration ran before its replicate: generation "
+          "{} was already gated or released (nothing validated or released)",
+          tag);
   }
   return "unknown status";
 }

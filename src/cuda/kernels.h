@@ -15,8 +15,10 @@
 namespace iser::cuda {
 
 // Per-local-rank device scratch (not symmetric): status word, grid-completion counter and the
-// device-side generation counters (kDeviceGeneration). clear_status() clears everything before
-// `generation`.
+// device-side generation counters (kDeviceGeneration). clear_status() clears the status words
+// only (everything before `replicate_arrivals`).
+// NOTE: never the completion counters: a clear that landed after some CTAs of a launch arrived
+// would keep that launch (and, off by those arrivals, every later one) from knowing its last CTA.
 struct Scratch {
   uint32_t code;  // StatusCode; the first error wins
   int32_t peer;
@@ -26,6 +28,8 @@ struct Scratch {
   uint32_t replicate_failed;    // a CTA skipped writes (reuse fence timeout)
   uint64_t generation;          // the last generation this rank's replicate published
   uint64_t epoch;               // the last epoch of this rank's count exchange
+  uint64_t gated;               // the newest generation a READY gate of this rank validated
+  uint64_t released;            // the newest generation this rank's consumer released
 };
 
 // What every runtime kernel needs to find the ranks' symmetric regions.
@@ -78,8 +82,10 @@ cudaError_t launch_copy_engine_fence(const RankSpace& space, const CopyOp* ops, 
 cudaError_t launch_publish_ready(const RankSpace& space, uint64_t generation, int num_local,
                                  cudaStream_t stream);
 
+// Count exchange of local ranks [local_begin, local_end) (rows/matrix indexed from local rank 0).
 cudaError_t launch_count_exchange(const RankSpace& space, const int32_t* rows, int32_t* matrix,
-                                  uint64_t epoch, int num_local, cudaStream_t stream);
+                                  uint64_t epoch, int local_begin, int local_end,
+                                  cudaStream_t stream);
 cudaError_t launch_ready_gate(const RankSpace& space, const CopyOp* ops, int num_ops,
                               uint64_t generation, int32_t* slot_expert, int32_t mode_override,
                               int num_local, cudaStream_t stream);

@@ -64,10 +64,25 @@ __global__ void __launch_bounds__(GateConfig::kThreads) ready_gate_kernel(const 
   const auto* flags =
       reinterpret_cast<const uint64_t*>(space.peer_bases[rank] + layout.ready_flags);
   const uint64_t generation = resolve_generation(p.generation, &scratch->generation, false);
+  // NOTE: kDeviceGeneration takes the generation the rank's last replicate *finished*. A gate
+  // that is not stream-ordered after its replicate may find the previous generation there and
+  // would validate the slots being rewritten now against the new copy list; it finds that
+  // generation already gated, reports it and validates nothing (every route falls back home).
+  const uint64_t last_gated = scratch->gated;
+  const bool early =
+      p.generation == kDeviceGeneration && (generation == 0 || generation <= last_gated);
+  __syncthreads();  // every thread read `gated` before it is advanced below
+  if (threadIdx.x == 0) {
+    if (early) {
+      report(scratch, static_cast<uint32_t>(StatusCode::kGateEarly), rank, generation);
+    } else if (generation > last_gated) {
+      scratch->gated = generation;
+    }
+  }
   const uint64_t want = 2 * generation + 1;
   const uint64_t deadline = globaltimer_ns() + space.timeout_ns;
   for (int w = threadIdx.x; w < num_ranks; w += blockDim.x) {
-    if (!((needed[w >> 5] >> (w & 31)) & 1u)) continue;
+    if (early || !((needed[w >> 5] >> (w & 31)) & 1u)) continue;
     const uint64_t value = wait_at_least(flags + w, want - 1, deadline);
     if (value == want) {
       atomicOr(&ok[w >> 5], 1u << (w & 31));
@@ -147,8 +162,19 @@ struct ReleaseParams {
 __global__ void release_bank_kernel(const ReleaseParams p) {
   const int local_idx = static_cast<int>(blockIdx.x);
   const int rank = p.space.first_rank + local_idx;
-  const uint64_t generation =
-      resolve_generation(p.generation, &p.space.scratch[local_idx].generation, false);
+  Scratch* scratch = p.space.scratch + local_idx;
+  const uint64_t generation = resolve_generation(p.generation, &scratch->generation, false);
+  // NOTE: as in the gate: a kDeviceGeneration release that finds a generation already released
+  // ran before its replicate; it reports that and releases nothing (no stale release either).
+  const uint64_t last_released = scratch->released;
+  __syncthreads();
+  if (p.generation == kDeviceGeneration && (generation == 0 || generation <= last_released)) {
+    if (threadIdx.x == 0) {
+      report(scratch, static_cast<uint32_t>(StatusCode::kGateEarly), rank, generation);
+    }
+    return;
+  }
+  if (threadIdx.x == 0 && generation > last_released) scratch->released = generation;
   for (int d = threadIdx.x; d < p.space.layout.num_ranks; d += blockDim.x) {
     auto* flag =
         reinterpret_cast<uint64_t*>(p.space.peer_bases[d] + p.space.layout.consumed_flags) + rank;

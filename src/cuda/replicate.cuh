@@ -386,6 +386,13 @@ template <StoreKind kStore>
 __device__ bool copy_with_bulk(const ReplicateParams& p, const int64_t* prefix, WarpPipe& pipe,
                                int w, int bank, const uint32_t* blocked) {
   const int lane = static_cast<int>(threadIdx.x) & 31;
+  // NOTE: the reuse fence (fence_targets) acquired the members' releases with generic-proxy
+  // loads, and bar.sync carried them to this warp; the bulk stores below are async-proxy writes
+  // into the bank those releases freed. fence.proxy.async.global orders the acquire before them
+  // (the host lane's member path makes the same fence after its acquire).
+  if constexpr (kStore == StoreKind::kPeer) {
+    if (lane == 0) fence_proxy_async_global();
+  }
   bool complete = true;
   int s = 0;               // stage of task n
   uint32_t phase = 0;      // parity of that stage's current use

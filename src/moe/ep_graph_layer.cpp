@@ -323,17 +323,8 @@ GraphEpMoeLayer::GraphEpMoeLayer(const LayerConfig& config, Runtime& runtime, nc
   ISER_CHECK(runtime.num_local_ranks() == 1 && !runtime.is_logical(),
              "ep graph layer: needs a one-rank-per-process runtime ({} local ranks)",
              runtime.num_local_ranks());
-  const RuntimeConfig want = ep_runtime_config(config);
-  const RuntimeConfig& have = runtime.config();
   // NOTE: one helper bank, so the helper slots' addresses the graph holds never change.
-  ISER_CHECK(have.num_ranks == want.num_ranks && have.num_experts == want.num_experts &&
-                 have.num_slots == want.num_slots && have.bundle == want.bundle &&
-                 have.num_layers >= 1 && have.num_banks == 1,
-             "ep graph layer: runtime config (P {}, E {}, S {}, bundle {} B, {} banks) does not "
-             "match the layer (P {}, E {}, S {}, bundle {} B, 1 bank)",
-             have.num_ranks, have.num_experts, have.num_slots, have.bundle.weight_bytes,
-             have.num_banks, want.num_ranks, want.num_experts, want.num_slots,
-             want.bundle.weight_bytes);
+  check_ep_runtime_config(config, runtime.config(), "ep graph layer");
   ISER_CHECK(comm != nullptr, "ep graph layer: null NCCL communicator");
   s.config = config;
   s.options = options;
@@ -426,7 +417,7 @@ GraphEpMoeLayer::GraphEpMoeLayer(const LayerConfig& config, Runtime& runtime, nc
     f.num_slots = topo.num_slots;
     f.experts_per_rank = topo.experts_per_rank();
     f.bytes = config.shape.bundle_bytes();
-    f.home_stride = have.bundle.slot_stride();
+    f.home_stride = runtime.config().bundle.slot_stride();
     f.fallback_slots = s.fallback_slots.get<uint32_t>();
     const auto* local_base = static_cast<const char*>(runtime.peer_base(s.rank));
     const auto* local_home = static_cast<const char*>(runtime.home_bundle(0, 0, 0));

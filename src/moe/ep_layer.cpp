@@ -139,6 +139,25 @@ RuntimeConfig ep_runtime_config(const LayerConfig& config) {
   return rc;
 }
 
+void check_ep_runtime_config(const LayerConfig& config, const RuntimeConfig& have,
+                             std::string_view layer) {
+  const RuntimeConfig want = ep_runtime_config(config);
+  ISER_CHECK(have.num_ranks == want.num_ranks && have.num_experts == want.num_experts &&
+                 have.num_slots == want.num_slots && have.bundle == want.bundle &&
+                 have.num_layers >= 1,
+             "{}: runtime config (P {}, E {}, S {}, bundle {} B) does not match the layer "
+             "(P {}, E {}, S {}, bundle {} B)",
+             layer, have.num_ranks, have.num_experts, have.num_slots, have.bundle.weight_bytes,
+             want.num_ranks, want.num_experts, want.num_slots, want.bundle.weight_bytes);
+  // NOTE: the helper GEMMs hold the addresses of one bank's slots (ep_slot_weights), while
+  // generation g replicates into bank g % num_banks: with two banks every other invocation would
+  // compute on the other bank (zeros, or a released generation's experts being overwritten).
+  ISER_CHECK(have.num_banks == 1,
+             "{}: runtime config num_banks = {}; the layer's helper GEMMs are bound to one helper "
+             "bank (use num_banks = 1)",
+             layer, have.num_banks);
+}
+
 struct EpMoeLayer::Impl {
   LayerConfig config;
   Runtime* runtime = nullptr;
@@ -163,7 +182,7 @@ struct EpMoeLayer::Impl {
   DeviceBuffer plan_block;
   int32_t* block_host = nullptr;
   Event start, shared_begin, shared_end, copy_begin, copy_end, gate_begin, gate_end, end,
-      counts_ready, plan_begin, plan_ready;
+      counts_ready, plan_begin, plan_ready, ops_uploaded;
   uint64_t epoch = 0;
   uint64_t generation = 0;
   bool pending = false;    // an invocation was enqueued (the next forward() waits for it)
@@ -336,15 +355,7 @@ EpMoeLayer::EpMoeLayer(const LayerConfig& config, Runtime& runtime, ncclComm* co
   ISER_CHECK(runtime.num_local_ranks() == 1 && !runtime.is_logical(),
              "ep layer: needs a one-rank-per-process runtime ({} local ranks)",
              runtime.num_local_ranks());
-  const RuntimeConfig want = ep_runtime_config(config);
-  const RuntimeConfig& have = runtime.config();
-  ISER_CHECK(have.num_ranks == want.num_ranks && have.num_experts == want.num_experts &&
-                 have.num_slots == want.num_slots && have.bundle == want.bundle &&
-                 have.num_layers >= 1,
-             "ep layer: runtime config (P {}, E {}, S {}, bundle {} B) does not match the layer "
-             "(P {}, E {}, S {}, bundle {} B)",
-             have.num_ranks, have.num_experts, have.num_slots, have.bundle.weight_bytes,
-             want.num_ranks, want.num_experts, want.num_slots, want.bundle.weight_bytes);
+  check_ep_runtime_config(config, runtime.config(), "ep layer");
   ISER_CHECK(comm != nullptr, "ep layer: null NCCL communicator");
   s.config = config;
   s.runtime = &runtime;
@@ -531,6 +542,9 @@ LayerInvocationStats EpMoeLayer::forward(const void* input, std::span<const int3
       ISER_CUDA_CHECK(cudaMemcpyAsync(s.ops.get(), ops.data(), ops.size() * sizeof(CopyOp),
                                       cudaMemcpyHostToDevice, s.copy));
     }
+    // NOTE: the READY gate on MAIN reads this list; without this event it could run before the
+    // upload landed and validate the slots against the previous invocation's list.
+    s.ops_uploaded.record(s.copy);
     if (s.copy_hook) s.copy_hook(s.copy);
     ++s.generation;
     s.copy_begin.record(s.copy);
@@ -583,6 +597,8 @@ LayerInvocationStats EpMoeLayer::forward(const void* input, std::span<const int3
   s.mlp->run(s.x_expert.get(), home_rows, s.y_expert.get(), s.main);
   if (balance) {
     ISER_CUDA_CHECK(cudaMemsetAsync(s.fallback_slots.get(), 0, sizeof(uint32_t), s.main));
+    // gpu planner: MAIN waited for `plan_ready` (the device list) above.
+    if (!gpu_planned) ISER_CUDA_CHECK(cudaStreamWaitEvent(s.main, s.ops_uploaded.get()));
     s.gate_begin.record(s.main);
     // gpu planner: the device list's first ops.size() entries are `ops` (checked above); a
     // rejected plan gates on none, so no route uses a helper slot.
@@ -643,7 +659,7 @@ EpLayerTimings EpMoeLayer::finish() {
     std::fprintf(stderr,
                  "iser: ep layer rank %d: %s; %u helper slot(s) recomputed from home bundles\n",
                  s.rank, status.message().c_str(), t.fallback_slots);
-    s.runtime->clear_status();
+    s.runtime->clear_status(s.main);  // before the next invocation's work (it starts on MAIN)
   } else {
     s.runtime->check_status();
   }

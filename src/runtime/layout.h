@@ -23,7 +23,8 @@ struct RegionLayout {
   int64_t bundle_bytes = 0;
   // Control block: written by peers (remote stores), read locally.
   int64_t count_rows = 0;      // int32 [2 parities][P][E]: row s written by source rank s
-  int64_t count_flags = 0;     // uint64 [P]: last epoch source s published here
+  int64_t count_flags = 0;     // uint64 [P]: last epoch source s started (its progress)
+  int64_t count_stamps = 0;    // uint64 [2 parities][P]: epoch of the row s delivered there
   int64_t ready_flags = 0;     // uint64 [P]: 2*generation + ok, published by writer w
   int64_t consumed_flags = 0;  // uint64 [P]: last generation member d released
   int64_t home = 0;            // [num_layers][H] slots
@@ -57,6 +58,8 @@ inline RegionLayout make_region_layout(const RuntimeConfig& config) {
   offset = align_up(offset + 2 * p * config.num_experts * 4, 128);
   layout.count_flags = offset;
   offset = align_up(offset + p * 8, 128);
+  layout.count_stamps = offset;
+  offset = align_up(offset + 2 * p * 8, 128);
   layout.ready_flags = offset;
   offset = align_up(offset + p * 8, 128);
   layout.consumed_flags = offset;

@@ -287,10 +287,18 @@ int32_t mode_override(Transport transport) {
 
 void Runtime::exchange_counts(const int32_t* rows, int32_t* matrix, uint64_t epoch,
                               StreamHandle stream) {
+  exchange_counts_ranks(0, num_local_ranks_, rows, matrix, epoch, stream);
+}
+
+void Runtime::exchange_counts_ranks(int local_begin, int local_end, const int32_t* rows,
+                                    int32_t* matrix, uint64_t epoch, StreamHandle stream) {
   ISER_CHECK(rows != nullptr && matrix != nullptr, "count exchange: null rows or matrix");
+  ISER_CHECK(0 <= local_begin && local_begin < local_end && local_end <= num_local_ranks_,
+             "count exchange: local ranks [{}, {}) not inside [0, {})", local_begin, local_end,
+             num_local_ranks_);
   ISER_CUDA_CHECK(cuda::launch_count_exchange(
       make_space(config_, device_peer_bases_, first_rank_, device_scratch_), rows, matrix, epoch,
-      num_local_ranks_, stream));
+      local_begin, local_end, stream));
 }
 
 void Runtime::replicate(const CopyOp* ops, int num_ops, int layer, uint64_t generation,
@@ -474,11 +482,16 @@ void Runtime::check_status() const {
   }
 }
 
-void Runtime::clear_status() {
-  ISER_CUDA_CHECK(cudaDeviceSynchronize());
-  // The status words only: the generation counters survive (kDeviceGeneration continues).
-  ISER_CUDA_CHECK(cudaMemset2D(device_scratch_, cuda::scratch_bytes(), 0,
-                               offsetof(cuda::Scratch, generation), num_local_ranks_));
+void Runtime::clear_status(StreamHandle stream) {
+  // The status words only (see cuda::Scratch): the completion counters belong to the replicate
+  // launches (a launch still in flight on another stream keeps counting on them), the generation
+  // counters survive (kDeviceGeneration continues).
+  ISER_CUDA_CHECK(cudaMemset2DAsync(device_scratch_, cuda::scratch_bytes(), 0,
+                                    offsetof(cuda::Scratch, replicate_arrivals), num_local_ranks_,
+                                    stream));
+  // NOTE: the legacy stream is not ordered before non-blocking streams: wait for the clearing so
+  // that it cannot land after (and erase) a status the caller's next work reports.
+  if (stream == nullptr) ISER_CUDA_CHECK(cudaStreamSynchronize(nullptr));
 }
 
 }  // namespace iser

@@ -134,7 +134,8 @@ TEST(RuntimeConfig, RegionLayoutIsAlignedAndDisjoint) {
   const runtime::RegionLayout l = runtime::make_region_layout(c);
   EXPECT_EQ(l.count_row(1, 3) - l.count_rows, (1 * 4 + 3) * 16 * 4);
   EXPECT_GE(l.count_flags, l.count_row(1, 3) + int64_t{16} * 4);
-  EXPECT_GE(l.ready_flags, l.count_flags + int64_t{4} * 8);
+  EXPECT_GE(l.count_stamps, l.count_flags + int64_t{4} * 8);
+  EXPECT_GE(l.ready_flags, l.count_stamps + int64_t{2} * 4 * 8);
   EXPECT_GE(l.consumed_flags, l.ready_flags + int64_t{4} * 8);
   EXPECT_GE(l.home, l.consumed_flags + int64_t{4} * 8);
   EXPECT_EQ(l.home % kSlotAlignment, 0);
