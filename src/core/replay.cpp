@@ -277,6 +277,10 @@ ReplayResult run_replay(const RoutingSource& source, const ReplayConfig& config)
   result.layers = resolve_layers(config, meta);
   for (const int l : result.layers) result.layer_ids.push_back(meta.layer_id(l));
   result.policies = config.policies.empty() ? default_replay_policies() : config.policies;
+  if (config.policies.empty() && !config.cost_model) {
+    // Without a model there is no memory to equalise: the default set drops that comparison.
+    std::erase(result.policies, std::string("eplb-equal-mem"));
+  }
   std::vector<size_t> plan_layer_pos;
   if (config.plan_history) {
     plan_layer_pos = match_plan_layers(*config.plan_history, meta, result.layer_ids);

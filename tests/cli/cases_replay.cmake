@@ -53,6 +53,7 @@ expect(replay_drift_warmup 0 "2 warm-up iteration(s) per layer" replay --ep 8 --
 expect(replay_drift_memory 0 "memory" replay --ep 4 --layers 7 --iterations 2 --warmup 1 --tokens-per-rank 256 --model deepseek-v4-pro -q)
 expect(replay_drift_bad_topics nonzero "truncated.safetensors" replay --drift-topics ${R},${OUTD}/truncated.safetensors -q)
 expect(replay_paper_e1 0 "eplb-oracle: planned on the iterations it serves" replay --paper-e1 --ep 4 --layers 3 --iterations 1 --tokens-per-rank 256 -q)
+expect(replay_no_model 0 "eplb-window" replay --ep 4 --layers 7 --iterations 1 --warmup 1 --tokens-per-rank 128 --model none -q)
 expect(replay_unknown_model nonzero "unknown model 'gpt'" replay --ep 4 --model gpt -q)
 expect(replay_drift_report 0 "EP8" replay --ep 8 --layers 3 --iterations 3 --warmup 2 --tokens-per-rank 256 --report ${OUTD}/drift_report -q)
 foreach(f report.md headline-r-per-iteration.svg static-vs-per-invocation.svg)

@@ -69,6 +69,26 @@ std::vector<std::string> ep_labels(const ReplayResult& result) {
   return labels;
 }
 
+// Series without a style of their own (policies drawn on request) take palette colours that no
+// other series of the chart uses, so every series keeps its own colour.
+template <typename Series>
+void give_free_colors(std::vector<Series>& series) {
+  std::vector<std::string> used;
+  for (const Series& s : series) {
+    if (!s.color.empty()) used.push_back(s.color);
+  }
+  size_t next = 0;
+  for (Series& s : series) {
+    if (!s.color.empty()) continue;
+    for (size_t tries = 0; tries < 8; ++tries, ++next) {
+      const std::string candidate(svg::palette_color(next));
+      if (std::find(used.begin(), used.end(), candidate) == used.end()) break;
+    }
+    s.color = svg::palette_color(next++);
+    used.push_back(s.color);
+  }
+}
+
 // One bar series per policy (in replay order) over EP degrees; `value` returns NaN to skip.
 template <typename Value>
 std::vector<svg::BarSeries> bars_per_policy(const ReplayResult& result,
@@ -120,6 +140,7 @@ std::string traffic_svg(const ReplayResult& result, bool send_out, const ChartOp
         return !s.has_flows ? kNan : send_out ? s.max_send_out : s.max_receive_in;
       });
   chart.series.insert(chart.series.end(), rest.begin(), rest.end());
+  give_free_colors(chart.series);
   return svg::render(chart);
 }
 
@@ -134,6 +155,7 @@ std::string payloads_svg(const ReplayResult& result) {
   if (chart.series.empty()) return {};
   chart.ref_lines.push_back({static_cast<double>(result.config.num_slots),
                              fmt::format("S = {}", result.config.num_slots), "#555555"});
+  give_free_colors(chart.series);
   return svg::render(chart);
 }
 
@@ -149,6 +171,7 @@ std::string static_vs_dynamic_svg(const ReplayResult& result) {
                                                   "eplb-oracle", "halo-q", "iser"}),
                                  [](const PolicySummary& s) { return s.mean_r; });
   if (chart.series.empty()) return {};
+  give_free_colors(chart.series);
   return svg::render(chart);
 }
 
@@ -172,6 +195,7 @@ std::string per_iteration_svg(const ReplayResult& result, int ep, const ChartOpt
     chart.series.push_back(
         styled_line(policy, x, find_summary(result, ep, policy)->per_iteration_mean_r));
   }
+  give_free_colors(chart.series);
   return svg::render(chart);
 }
 
@@ -260,6 +284,7 @@ std::string replay_layer_svg(const ReplayResult& result, int ep, const ChartOpti
     for (const size_t l : order) after.push_back(s->per_layer_mean_r[l]);
     chart.series.push_back(styled_line(policy, x, std::move(after)));
   }
+  give_free_colors(chart.series);
   return svg::render(chart);
 }
 
