@@ -69,23 +69,29 @@ std::vector<std::string> ep_labels(const ReplayResult& result) {
   return labels;
 }
 
-// Series without a style of their own (policies drawn on request) take palette colours that no
-// other series of the chart uses, so every series keeps its own colour.
+// Every series of a chart keeps a colour of its own: a series without a style (a policy drawn
+// on request), or whose style colour an earlier series already uses, takes the first palette
+// colour no series of the chart has (the palette's 8 colours, then repeats).
 template <typename Series>
 void give_free_colors(std::vector<Series>& series) {
   std::vector<std::string> used;
   for (const Series& s : series) {
     if (!s.color.empty()) used.push_back(s.color);
   }
-  size_t next = 0;
+  std::vector<std::string> taken;
   for (Series& s : series) {
-    if (!s.color.empty()) continue;
-    for (size_t tries = 0; tries < 8; ++tries, ++next) {
-      const std::string candidate(svg::palette_color(next));
-      if (std::find(used.begin(), used.end(), candidate) == used.end()) break;
+    if (s.color.empty() || std::find(taken.begin(), taken.end(), s.color) != taken.end()) {
+      for (size_t i = 0; i < 8; ++i) {
+        const std::string candidate(svg::palette_color(i));
+        if (std::find(used.begin(), used.end(), candidate) == used.end()) {
+          s.color = candidate;
+          break;
+        }
+      }
+      if (s.color.empty()) s.color = svg::palette_color(taken.size());
+      used.push_back(s.color);
     }
-    s.color = svg::palette_color(next++);
-    used.push_back(s.color);
+    taken.push_back(s.color);
   }
 }
 
@@ -181,10 +187,17 @@ std::string per_iteration_svg(const ReplayResult& result, int ep, const ChartOpt
   const PolicySummary* base = find_summary(result, ep, result.policies.front());
   if (!base || base->per_iteration_mean_r_before.size() < 2) return {};
   svg::LineChart chart;
-  chart.title = fmt::format("Mean R per iteration at EP{}, S = {} (mean over {} layers)", ep,
+  chart.title = fmt::format("Mean R per iteration at EP{}, S = {} (mean over {} layer(s))", ep,
                             result.config.num_slots, result.layers.size());
   chart.x_axis.label = fmt::format("iteration (after {} warm-up)", result.warmup_iterations);
   chart.x_axis.min = static_cast<double>(result.warmup_iterations);
+  const size_t num_points = base->per_iteration_mean_r_before.size();
+  chart.x_axis.max = static_cast<double>(result.warmup_iterations + num_points - 1);
+  if (num_points <= 10) {  // iterations are whole numbers: no 2.5 between two of them
+    for (size_t j = 0; j < num_points; ++j) {
+      chart.x_axis.ticks.push_back(static_cast<double>(result.warmup_iterations + j));
+    }
+  }
   chart.y_axis.label = "R (max / mean rank load)";
   chart.y_axis.include_zero = false;
   chart.y_axis.min = 1.0;
