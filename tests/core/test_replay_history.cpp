@@ -243,6 +243,26 @@ TEST(ReplayCosts, StaticSlotsPerLayerAgainstSharedBanks) {
   testing::expect_error([&] { run_replay(source, config); }, {"eplb-equal-mem", "--model"});
 }
 
+TEST(ReplayWarmup, EplbWindowReplansEveryInterval) {
+  // The hot expert moves every iteration, so every re-plan installs copies and no other does.
+  const ShiftingSource source(16, 1, {});
+  ReplayConfig config = small_config();
+  config.policies = {"eplb-window"};
+  config.policy_options.eplb_window = 2;
+  config.iterations = 6;
+  config.policy_options.eplb_interval = 1;
+  const auto every = run_replay(source, config);
+  config.policy_options.eplb_interval = 3;
+  const auto third = run_replay(source, config);
+  EXPECT_EQ(every.warmup_iterations, 2);
+  EXPECT_GT(every.results[0].installed_copies, 0);
+  // Re-plans at served invocations 3 and 6 of 0..7 fall inside the measured 2..7: 2 of 6 against
+  // 6 of 6, each installing the same kind of layout change.
+  EXPECT_LT(third.results[0].installed_copies, every.results[0].installed_copies);
+  EXPECT_GT(third.results[0].installed_copies, 0);
+  EXPECT_NE(third.results[0].mean_r, every.results[0].mean_r);
+}
+
 TEST(ReplayCosts, PresetsHaveTheModelsExpertBytes) {
   // NVFP4: 3 * He * I * 0.5625 bytes.
   EXPECT_DOUBLE_EQ(find_replay_cost_model("DeepSeek-V4-Pro").expert_bytes,
