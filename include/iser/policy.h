@@ -18,8 +18,13 @@ namespace iser {
 
 struct PolicyOptions {
   int min_move = 0;  // resident/iser: skip replications that move fewer routes than this
-  // eplb-window: past iterations used to plan (0: the default, 8); eplb uses the whole trace.
+  // eplb-window: past iterations used to plan (0: the default, 8); eplb and eplb-oracle plan
+  // once from what prepare() gives them.
   int eplb_window = 0;
+  // eplb-window: invocations between re-plans (0: the default, 1 = before every invocation).
+  int eplb_interval = 0;
+  // eplb-equal-mem: helper slots per rank of its static placement (0: a permutation only).
+  int eplb_equal_mem_slots = 0;
 };
 
 struct PolicyResult {
@@ -28,6 +33,9 @@ struct PolicyResult {
   bool has_flows = true;         // false for policies with no route placement (oracle)
   // Bundles kept resident from the previous invocation (moved no bytes).
   int32_t resident_broadcasts = 0;
+  // Static placements: expert copies installed before this invocation (a re-plan), i.e. the
+  // (rank, expert) pairs of the new placement its previous one lacked.
+  int32_t installed_copies = 0;
 };
 
 class Policy {
@@ -36,7 +44,9 @@ class Policy {
   virtual std::string_view name() const = 0;
   // Invariants its plans must hold (for iser replay --validate and the tests).
   virtual ValidationOptions validation() const { return {}; }
-  // Static policies see the layer's whole trace before the first plan() (called once).
+  // Static policies receive the load history they plan from before the first plan() (called
+  // once; replay passes the past: another trace or the warm-up iterations, or, for eplb-oracle,
+  // the served iterations themselves).
   virtual void prepare(std::span<const CountMatrix> layer_iterations) {}
   virtual PolicyResult plan(const CountMatrix& counts) = 0;
 };

@@ -28,13 +28,19 @@ struct RefLine {
   std::string color = "#555555";
 };
 
+// Marker shapes; kAuto picks one per series index, so lines differ by more than colour.
+enum class Marker { kAuto, kNone, kCircle, kSquare, kTriangle, kDiamond, kTriangleDown, kPlus };
+
 struct LineSeries {
   std::string name;
   std::vector<double> x;
   std::vector<double> y;  // NaN leaves a gap
   std::string color;      // empty: palette_color(series index)
-  bool dashed = false;
-  bool markers = true;
+  bool dashed = false;    // shorthand for dash = "7 4"
+  bool markers = true;    // false: no markers whatever `marker` says
+  std::string dash;       // SVG stroke-dasharray, e.g. "2 3"; empty: solid (or `dashed`)
+  Marker marker = Marker::kAuto;
+  int marker_every = 1;  // draw a marker on every n-th point (dense series stay readable)
 };
 
 struct LineChart {
@@ -47,6 +53,9 @@ struct LineChart {
   Axis y_axis;
   std::vector<LineSeries> series;
   std::vector<RefLine> ref_lines;
+  // Legend rows in the order of the lines' right ends, top first (a reader matches a line to
+  // its entry by position); false: series order.
+  bool legend_by_line_end = true;
   int width = 760;
   int height = 440;
 };
@@ -78,7 +87,7 @@ void write_file(const std::filesystem::path& path, std::string_view document);
 
 // Helpers, exposed for reuse and tests.
 std::string escape_xml(std::string_view text);
-std::string_view palette_color(size_t idx);  // a colour-blind-safe cycle of 8
+std::string_view palette_color(size_t idx);  // a colour-blind-safe cycle of 8 (Okabe-Ito)
 std::vector<double> nice_ticks(double lo, double hi, int target_count = 5);
 std::string format_number(double value);  // "0", "2.5", "750", "30k", "1.5M"
 

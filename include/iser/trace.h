@@ -24,6 +24,11 @@ struct TraceMetadata {
   int64_t num_tokens = 0;      // token traces: T (after joins and skips); 0 otherwise
   int64_t skipped_tokens = 0;  // tokens or rows the reader dropped (incomplete joins, skip_rows)
   std::string notes;           // human-readable account of what the reader dropped or assumed
+  // The model's layer id of each of the num_layers layers (ascending, distinct), from the file
+  // (safetensors `__metadata__.layers`); empty: the layers are 0..num_layers-1.
+  std::vector<int> layer_ids;
+  // Layer id of layer index l (l itself when the file names none).
+  int layer_id(int layer_idx) const { return layer_ids.empty() ? layer_idx : layer_ids[layer_idx]; }
 };
 
 // A source of per-invocation routing. Token-level sources follow the batching rule (iteration i
@@ -165,6 +170,25 @@ struct SyntheticOptions {
 // rank_imbalance is set).
 double synthetic_alpha(const SyntheticOptions& options);
 std::unique_ptr<RoutingSource> make_synthetic(const SyntheticOptions& options);
+
+// Real drift (docs/data.md): iteration i's batch of P * tau tokens is cut into requests (runs of
+// tokens from one topic, lengths geometric with mean request_tokens, cut at the batch end)
+// whose topics are drawn from a mixture that moves linearly between anchors `period`
+// iterations apart; the anchor a gives a seeded random topic the share `focus` and splits the
+// rest evenly. Each token then draws k experts from its topic's histogram of that layer (the
+// sampling rule). `iid` draws every token's topic on its own (no runs). Seeded; served layers
+// are the layer ids every topic holds.
+struct DriftOptions {
+  std::vector<std::filesystem::path> topics;  // histogram files; empty: bundled_drift_topics()
+  int64_t period = 8;                         // iterations between mixture anchors
+  double focus = 0.8;                         // the anchor topic's share at an anchor
+  double request_tokens = 256;                // mean run length (tokens)
+  bool iid = false;                           // i.i.d. topics per token instead of runs
+  uint64_t seed = 1;
+};
+std::unique_ptr<RoutingSource> make_drift(const DriftOptions& options);
+// The bundled topics of DeepSeek-V4.1-Flash: coding, cpp, medical (data/README.md).
+std::vector<std::filesystem::path> bundled_drift_topics();
 
 // The bundled real data set (DeepSeek-V4.1-Flash coding histograms): $ISER_DATA_DIR when set
 // (so an installed or relocated binary finds it), else the source tree's data/ directory.

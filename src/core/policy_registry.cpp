@@ -27,6 +27,8 @@ const std::vector<PolicyEntry>& registry() {
       {"iser", make_iser_policy},
       {"eplb", make_eplb_policy},
       {"eplb-window", make_eplb_window_policy},
+      {"eplb-equal-mem", make_eplb_equal_mem_policy},
+      {"eplb-oracle", make_eplb_oracle_policy},
       {"all-rank", make_all_rank_policy},
       {"all-rank-balanced", make_all_rank_balanced_policy},
       {"p2p", make_p2p_policy},

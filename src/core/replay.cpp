@@ -18,20 +18,76 @@ namespace {
 struct LayerTask {
   size_t ep_idx = 0;
   size_t layer_pos = 0;  // index into ReplayResult::layers
+  // Measured iterations only (the warm-up is planned but not kept).
   std::vector<std::vector<InvocationMetrics>> per_policy;
+  std::vector<int64_t> installed_copies;  // per policy, summed over measured iterations
 };
 
-std::vector<int> resolve_layers(const ReplayConfig& config, int num_layers) {
+// config.layers holds layer ids (the trace's own, or 0..L-1 when it names none); returns the
+// layer indices into the trace.
+std::vector<int> resolve_layers(const ReplayConfig& config, const TraceMetadata& meta) {
+  std::vector<int> indices;
   if (config.layers.empty()) {
-    std::vector<int> all(num_layers);
-    for (int l = 0; l < num_layers; ++l) all[l] = l;
-    return all;
+    for (int l = 0; l < meta.num_layers; ++l) indices.push_back(l);
+    return indices;
   }
-  for (const int l : config.layers) {
-    ISER_CHECK(l >= 0 && l < num_layers, "layer {} out of range: the trace has {} layers", l,
-               num_layers);
+  for (const int id : config.layers) {
+    if (meta.layer_ids.empty()) {
+      ISER_CHECK(id >= 0 && id < meta.num_layers, "layer {} out of range: the trace has {} layers",
+                 id, meta.num_layers);
+      indices.push_back(id);
+      continue;
+    }
+    const auto it = std::find(meta.layer_ids.begin(), meta.layer_ids.end(), id);
+    ISER_CHECK(it != meta.layer_ids.end(), "layer {} out of range: '{}' holds layers {}", id,
+               meta.source, fmt::join(meta.layer_ids, ", "));
+    indices.push_back(static_cast<int>(it - meta.layer_ids.begin()));
   }
-  return config.layers;
+  return indices;
+}
+
+// Position in the plan history of every served layer, matched by layer id.
+std::vector<size_t> match_plan_layers(const PlanHistory& plan, const TraceMetadata& served,
+                                      const std::vector<int>& layer_ids) {
+  const TraceMetadata& pm = plan.metadata;
+  ISER_CHECK(pm.num_experts == served.num_experts,
+             "--plan-trace '{}' has E = {} experts but the served trace '{}' has {}", pm.source,
+             pm.num_experts, served.source, served.num_experts);
+  ISER_CHECK(pm.model.empty() || served.model.empty() || pm.model == served.model,
+             "--plan-trace '{}' records model '{}' but the served trace '{}' records '{}'",
+             pm.source, pm.model, served.source, served.model);
+  std::vector<int> plan_ids(static_cast<size_t>(pm.num_layers));
+  for (int l = 0; l < pm.num_layers; ++l) plan_ids[l] = pm.layer_id(l);
+  std::vector<size_t> positions;
+  for (const int id : layer_ids) {
+    const auto it = std::find(plan_ids.begin(), plan_ids.end(), id);
+    ISER_CHECK(it != plan_ids.end(),
+               "--plan-trace '{}' has no layer {} (its layers: {}); the served trace '{}' needs "
+               "it: pick common layers with --layers",
+               pm.source, id,
+               pm.layer_ids.empty() ? fmt::format("0..{}", pm.num_layers - 1)
+                                    : fmt::format("{}", fmt::join(pm.layer_ids, ", ")),
+               served.source);
+    positions.push_back(static_cast<size_t>(it - plan_ids.begin()));
+  }
+  return positions;
+}
+
+// A whole-set histogram as a count matrix (row 0; scaled down to int32 when it must be:
+// a static placement depends only on the relative loads).
+CountMatrix history_matrix(std::span<const int64_t> hist, int num_ranks) {
+  const int64_t max_count = hist.empty() ? 0 : *std::max_element(hist.begin(), hist.end());
+  const int64_t divisor = std::max<int64_t>(1, (max_count + INT32_MAX - 1) / INT32_MAX);
+  CountMatrix m(num_ranks, static_cast<int>(hist.size()));
+  for (size_t e = 0; e < hist.size(); ++e) {
+    m.row(0)[e] = static_cast<int32_t>(hist[e] / divisor);
+  }
+  return m;
+}
+
+bool plans_from_served_past(const std::string& policy, bool has_plan_history) {
+  return policy == "eplb-window" ||
+         (!has_plan_history && (policy == "eplb" || policy == "eplb-equal-mem"));
 }
 
 void validate_result(const Topology& topo, const CountMatrix& counts, const Policy& policy,
@@ -52,10 +108,12 @@ void validate_result(const Topology& topo, const CountMatrix& counts, const Poli
 }
 
 void run_layer_task(const RoutingSource& source, const ReplayConfig& config,
-                    const ReplayResult& result, LayerTask& task) {
+                    const ReplayResult& result, const std::vector<size_t>& plan_layer_pos,
+                    LayerTask& task) {
   const int ep = config.ep_degrees[task.ep_idx];
   const int layer_idx = result.layers[task.layer_pos];
-  const int64_t num_iterations = result.iterations_per_ep[task.ep_idx];
+  const int64_t warmup = result.warmup_iterations;
+  const int64_t num_iterations = warmup + result.iterations_per_ep[task.ep_idx];
   const Topology topo =
       Topology::make(ep, source.metadata().num_experts, config.num_slots, config.g_min);
   std::vector<CountMatrix> counts;
@@ -63,16 +121,37 @@ void run_layer_task(const RoutingSource& source, const ReplayConfig& config,
   for (int64_t i = 0; i < num_iterations; ++i) {
     counts.push_back(source.counts(layer_idx, i, ep, config.tokens_per_rank));
   }
+  const std::span<const CountMatrix> all(counts);
+  std::vector<CountMatrix> plan_matrix;
+  if (config.plan_history) {
+    plan_matrix.push_back(
+        history_matrix(config.plan_history->histograms[plan_layer_pos[task.layer_pos]], ep));
+  }
+  PolicyOptions options = config.policy_options;
+  options.eplb_equal_mem_slots = result.equal_mem_slots;
   task.per_policy.resize(result.policies.size());
+  task.installed_copies.assign(result.policies.size(), 0);
   for (size_t p = 0; p < result.policies.size(); ++p) {
-    auto policy = make_policy(result.policies[p], topo, config.policy_options);
-    policy->prepare(counts);
+    const std::string& name = result.policies[p];
+    auto policy = make_policy(name, topo, options);
+    // What a static placement may know: the plan history, else the served past (warm-up); the
+    // oracle alone sees what it serves.
+    if (name == "eplb-oracle") {
+      policy->prepare(all.subspan(static_cast<size_t>(warmup)));
+    } else if (is_static_policy(name)) {
+      policy->prepare(plan_matrix.empty() ? all.first(static_cast<size_t>(warmup))
+                                          : std::span<const CountMatrix>(plan_matrix));
+    } else {
+      policy->prepare({});
+    }
     auto& metrics = task.per_policy[p];
-    metrics.reserve(counts.size());
+    metrics.reserve(static_cast<size_t>(num_iterations - warmup));
     for (int64_t i = 0; i < num_iterations; ++i) {
       const PolicyResult planned = policy->plan(counts[i]);
       if (config.validate) validate_result(topo, counts[i], *policy, planned, layer_idx, i);
+      if (i < warmup) continue;
       metrics.push_back(measure_invocation(topo, counts[i], planned));
+      task.installed_copies[p] += planned.installed_copies;
     }
   }
 }
@@ -90,6 +169,24 @@ double median(const std::vector<int32_t>& sorted) {
   return n % 2 ? sorted[n / 2] : 0.5 * (sorted[n / 2 - 1] + sorted[n / 2]);
 }
 
+// Memory and traffic of one policy on a model (see PolicySummary).
+void add_costs(const ReplayCostModel& cost, const ReplayResult& result, PolicySummary& s) {
+  const double W = cost.expert_bytes;
+  const double S = result.config.num_slots;
+  if (s.policy == "oracle") return;  // no placement: neither memory nor traffic is defined
+  if (s.policy == "none") {
+    s.extra_memory_bytes = 0;
+    s.moved_bytes_per_invocation = 0;
+  } else if (is_static_policy(s.policy)) {
+    const double slots = s.policy == "eplb-equal-mem" ? result.equal_mem_slots : S;
+    s.extra_memory_bytes = slots * cost.num_moe_layers * W;
+    s.moved_bytes_per_invocation = s.installed_copies * W;
+  } else {
+    s.extra_memory_bytes = S * cost.banks * W;
+    s.moved_bytes_per_invocation = (s.remote_copies + s.resident_copies) * W;
+  }
+}
+
 PolicySummary summarize(const ReplayResult& result, size_t ep_idx, size_t policy_idx,
                         const std::vector<LayerTask>& tasks) {
   PolicySummary s;
@@ -98,6 +195,10 @@ PolicySummary summarize(const ReplayResult& result, size_t ep_idx, size_t policy
   const size_t num_layers = result.layers.size();
   s.per_layer_mean_r_before.assign(num_layers, 0.0);
   s.per_layer_mean_r.assign(num_layers, 0.0);
+  const auto num_measured = static_cast<size_t>(result.iterations_per_ep[ep_idx]);
+  s.per_iteration_mean_r_before.assign(num_measured, 0.0);
+  s.per_iteration_mean_r.assign(num_measured, 0.0);
+  int64_t installed = 0;
   std::vector<int32_t> payloads;
   double sum_r_before = 0, sum_r = 0, sum_so_before = 0, sum_ri_before = 0, sum_so = 0, sum_ri = 0,
          sum_bc = 0, sum_rc = 0, sum_res = 0;
@@ -105,8 +206,12 @@ PolicySummary summarize(const ReplayResult& result, size_t ep_idx, size_t policy
   for (const LayerTask& task : tasks) {
     if (task.ep_idx != ep_idx) continue;
     const auto& metrics = task.per_policy[policy_idx];
+    installed += task.installed_copies[policy_idx];
     double layer_r_before = 0, layer_r = 0;
-    for (const InvocationMetrics& m : metrics) {
+    for (size_t j = 0; j < metrics.size(); ++j) {
+      const InvocationMetrics& m = metrics[j];
+      s.per_iteration_mean_r_before[j] += m.r_before / static_cast<double>(num_layers);
+      s.per_iteration_mean_r[j] += m.r_after / static_cast<double>(num_layers);
       ++s.invocations;
       layer_r_before += m.r_before;
       layer_r += m.r_after;
@@ -153,6 +258,8 @@ PolicySummary summarize(const ReplayResult& result, size_t ep_idx, size_t policy
   }
   s.owner_outside_fraction =
       broadcasts ? static_cast<double>(owner_outside) / static_cast<double>(broadcasts) : 0.0;
+  s.installed_copies = static_cast<double>(installed) / n;
+  if (const auto& cost = result.config.cost_model) add_costs(*cost, result, s);
   return s;
 }
 
@@ -167,23 +274,61 @@ ReplayResult run_replay(const RoutingSource& source, const ReplayConfig& config)
   ReplayResult result;
   result.config = config;
   result.metadata = meta;
-  result.layers = resolve_layers(config, meta.num_layers);
-  result.policies = config.policies.empty() ? available_policies() : config.policies;
+  result.layers = resolve_layers(config, meta);
+  for (const int l : result.layers) result.layer_ids.push_back(meta.layer_id(l));
+  result.policies = config.policies.empty() ? default_replay_policies() : config.policies;
+  if (config.policies.empty() && !config.cost_model) {
+    // Without a model there is no memory to equalise: the default set drops that comparison.
+    std::erase(result.policies, std::string("eplb-equal-mem"));
+  }
+  std::vector<size_t> plan_layer_pos;
+  if (config.plan_history) {
+    plan_layer_pos = match_plan_layers(*config.plan_history, meta, result.layer_ids);
+  }
+  const bool has_history = config.plan_history.has_value();
+  const bool needs_past =
+      std::any_of(result.policies.begin(), result.policies.end(),
+                  [&](const std::string& p) { return plans_from_served_past(p, has_history); });
+  const int window = config.policy_options.eplb_window > 0 ? config.policy_options.eplb_window : 8;
+  result.warmup_iterations = config.warmup.value_or(needs_past ? window : 0);
+  ISER_CHECK(result.warmup_iterations >= 0, "replay: invalid --warmup {}",
+             result.warmup_iterations);
+  for (const auto& p : result.policies) {
+    ISER_CHECK(!(plans_from_served_past(p, has_history) && p != "eplb-window" &&
+                 result.warmup_iterations == 0),
+               "policy {} plans from the past: give it a history with --plan-trace FILE or "
+               "--warmup N >= 1 (the first N iterations, left out of every mean)",
+               p);
+  }
+  if (std::find(result.policies.begin(), result.policies.end(), "eplb-equal-mem") !=
+      result.policies.end()) {
+    ISER_CHECK(config.cost_model.has_value(),
+               "policy eplb-equal-mem needs a model (--model) to size its memory");
+    // The slots a layer gets from the memory the shared banks use, spread over every layer.
+    result.equal_mem_slots =
+        config.num_slots * config.cost_model->banks / config.cost_model->num_moe_layers;
+  }
   for (const int ep : config.ep_degrees) {
     // Validates P, E, S and g_min before any work (clear error naming the value).
     const Topology topo = Topology::make(ep, meta.num_experts, config.num_slots, config.g_min);
     for (const auto& name : result.policies) make_policy(name, topo, config.policy_options);
     const auto available = source.num_iterations(ep, config.tokens_per_rank);
-    int64_t iterations = available ? *available : kDefaultSampledIterations;
+    const int64_t warmup = result.warmup_iterations;
+    int64_t iterations = available ? *available - warmup : kDefaultSampledIterations;
     if (config.iterations) {
       ISER_CHECK(*config.iterations > 0, "replay: invalid --iterations {}", *config.iterations);
-      iterations = available ? std::min(*available, *config.iterations) : *config.iterations;
+      iterations =
+          available ? std::min(*available - warmup, *config.iterations) : *config.iterations;
     }
-    ISER_CHECK(iterations > 0,
+    ISER_CHECK(available.value_or(1) > 0,
                "trace '{}' has too few tokens for one iteration at EP{} x {} tokens per rank "
                "({} tokens dropped); lower --tokens-per-rank",
                meta.source, ep, config.tokens_per_rank,
                source.dropped_tokens(ep, config.tokens_per_rank));
+    ISER_CHECK(iterations > 0,
+               "trace '{}' has {} iteration(s) at EP{} x {} tokens per rank, none left after "
+               "{} warm-up iteration(s); lower --warmup or --tokens-per-rank",
+               meta.source, available.value_or(0), ep, config.tokens_per_rank, warmup);
     if (config.projection) config.projection->validate();
     result.iterations_per_ep.push_back(iterations);
     result.dropped_tokens_per_ep.push_back(source.dropped_tokens(ep, config.tokens_per_rank));
@@ -191,7 +336,7 @@ ReplayResult run_replay(const RoutingSource& source, const ReplayConfig& config)
 
   std::vector<LayerTask> tasks;
   for (size_t e = 0; e < config.ep_degrees.size(); ++e) {
-    for (size_t l = 0; l < result.layers.size(); ++l) tasks.push_back({e, l, {}});
+    for (size_t l = 0; l < result.layers.size(); ++l) tasks.push_back({e, l, {}, {}});
   }
   // Larger EP degrees cost more: start them first so the threads finish together.
   std::stable_sort(tasks.begin(), tasks.end(), [&](const LayerTask& a, const LayerTask& b) {
@@ -204,7 +349,7 @@ ReplayResult run_replay(const RoutingSource& source, const ReplayConfig& config)
   auto worker = [&] {
     for (int64_t t = next++; t < total; t = next++) {
       try {
-        run_layer_task(source, config, result, tasks[t]);
+        run_layer_task(source, config, result, plan_layer_pos, tasks[t]);
       } catch (...) {
         const std::lock_guard lock(failure_mutex);
         if (!failure) failure = std::current_exception();

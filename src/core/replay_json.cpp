@@ -22,17 +22,26 @@ std::string replay_to_json(const ReplayResult& result, int indent) {
       {"slots", c.num_slots},
       {"g_min", c.g_min},
       {"policies", result.policies},
-      {"layers", result.layers},
+      {"layers", result.layer_ids},
       {"iterations", result.iterations_per_ep},
+      {"warmup_iterations", result.warmup_iterations},
+      {"eplb_interval", c.policy_options.eplb_interval},
+      {"eplb_equal_mem_slots", result.equal_mem_slots},
+      {"plan_trace",
+       c.plan_history ? nlohmann::json(c.plan_history->metadata.source) : nlohmann::json(nullptr)},
       {"dropped_tokens", result.dropped_tokens_per_ep},
       {"validate", c.validate},
       {"min_move", c.policy_options.min_move},
       {"eplb_window", c.policy_options.eplb_window},
   };
   const TraceMetadata& m = result.metadata;
-  nlohmann::json trace = {{"model", m.model},   {"dataset", m.dataset},
-                          {"source", m.source}, {"num_experts", m.num_experts},
-                          {"top_k", m.top_k},   {"num_layers", m.num_layers}};
+  nlohmann::json trace = {{"model", m.model},
+                          {"dataset", m.dataset},
+                          {"source", m.source},
+                          {"num_experts", m.num_experts},
+                          {"top_k", m.top_k},
+                          {"num_layers", m.num_layers},
+                          {"layer_ids", result.layer_ids}};
   nlohmann::json results = nlohmann::json::array();
   for (const PolicySummary& s : result.results) {
     results.push_back({
@@ -57,7 +66,18 @@ std::string replay_to_json(const ReplayResult& result, int indent) {
         {"projected_layer_us", number_or_null(s.projected_us)},
         {"per_layer_mean_r_before", s.per_layer_mean_r_before},
         {"per_layer_mean_r", s.per_layer_mean_r},
+        {"per_iteration_mean_r_before", s.per_iteration_mean_r_before},
+        {"per_iteration_mean_r", s.per_iteration_mean_r},
+        {"installed_copies", s.installed_copies},
+        {"extra_memory_bytes", number_or_null(s.extra_memory_bytes)},
+        {"moved_bytes_per_invocation", number_or_null(s.moved_bytes_per_invocation)},
     });
+  }
+  if (const auto& cost = c.cost_model) {
+    config["model"] = {{"name", cost->name},
+                       {"num_moe_layers", cost->num_moe_layers},
+                       {"expert_bytes", cost->expert_bytes},
+                       {"banks", cost->banks}};
   }
   if (c.projection) {
     config["projection"] = nlohmann::json::parse(model::layer_time_fit_json(*c.projection));
@@ -73,7 +93,7 @@ std::string replay_to_csv(const ReplayResult& result) {
   for (const PolicySummary& s : result.results) {
     for (size_t l = 0; l < result.layers.size(); ++l) {
       out += fmt::format("{},{},{},{:.6f},{:.6f},{:.6f},{:.1f},{:.1f},{:.3f},{:.1f}\n", s.ep,
-                         s.policy, result.layers[l], s.per_layer_mean_r_before[l],
+                         s.policy, result.layer_ids[l], s.per_layer_mean_r_before[l],
                          s.per_layer_mean_r[l], s.excess_removed, s.max_send_out, s.max_receive_in,
                          s.remote_copies, s.owner_payloads_p99);
     }

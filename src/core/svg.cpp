@@ -63,12 +63,70 @@ struct LegendEntry {
   std::string name;
   std::string color;
   bool is_ref_line = false;  // drawn as a dashed line swatch
+  bool is_line = false;      // a line series: a line swatch with its dash and marker
+  std::string dash;
+  Marker marker = Marker::kNone;
 };
+
+Marker resolve_marker(const LineSeries& series, size_t idx) {
+  if (!series.markers) return Marker::kNone;
+  if (series.marker != Marker::kAuto) return series.marker;
+  static constexpr Marker kCycle[] = {Marker::kCircle,  Marker::kSquare,       Marker::kTriangle,
+                                      Marker::kDiamond, Marker::kTriangleDown, Marker::kPlus};
+  return kCycle[idx % std::size(kCycle)];
+}
+
+std::string resolve_dash(const LineSeries& series) {
+  if (!series.dash.empty()) return series.dash;
+  return series.dashed ? "7 4" : "";
+}
+
+// One marker centred on (x, y), about 7 px across.
+std::string marker_svg(Marker marker, double x, double y, const std::string& color) {
+  switch (marker) {
+    case Marker::kCircle:
+      return fmt::format("<circle cx=\"{:.1f}\" cy=\"{:.1f}\" r=\"3.5\" fill=\"{}\"/>\n", x, y,
+                         color);
+    case Marker::kSquare:
+      return fmt::format(
+          "<rect x=\"{:.1f}\" y=\"{:.1f}\" width=\"6.5\" height=\"6.5\" fill=\"{}\"/>\n", x - 3.25,
+          y - 3.25, color);
+    case Marker::kTriangle:
+      return fmt::format(
+          "<polygon points=\"{:.1f},{:.1f} {:.1f},{:.1f} {:.1f},{:.1f}\" fill=\"{}\"/>\n", x,
+          y - 4.5, x - 4, y + 3, x + 4, y + 3, color);
+    case Marker::kTriangleDown:
+      return fmt::format(
+          "<polygon points=\"{:.1f},{:.1f} {:.1f},{:.1f} {:.1f},{:.1f}\" fill=\"{}\"/>\n", x,
+          y + 4.5, x - 4, y - 3, x + 4, y - 3, color);
+    case Marker::kDiamond:
+      return fmt::format(
+          "<polygon points=\"{:.1f},{:.1f} {:.1f},{:.1f} {:.1f},{:.1f} {:.1f},{:.1f}\" "
+          "fill=\"{}\"/>\n",
+          x, y - 4.5, x + 4.5, y, x, y + 4.5, x - 4.5, y, color);
+    case Marker::kPlus:
+      return fmt::format(
+          "<path d=\"M{:.1f},{:.1f}h9M{:.1f},{:.1f}v9\" stroke=\"{}\" stroke-width=\"2\"/>\n",
+          x - 4.5, y, x, y - 4.5, color);
+    case Marker::kAuto:
+    case Marker::kNone:
+      break;
+  }
+  return {};
+}
+
+// The last finite y of a series (NaN when none): where its line ends on the right.
+double line_end(const LineSeries& series) {
+  for (size_t i = series.y.size(); i-- > 0;) {
+    if (std::isfinite(series.y[i]) && std::isfinite(series.x[i])) return series.y[i];
+  }
+  return std::numeric_limits<double>::quiet_NaN();
+}
 
 double legend_width(const std::vector<LegendEntry>& legend) {
   size_t longest = 0;
   for (const LegendEntry& entry : legend) longest = std::max(longest, entry.name.size());
-  return legend.empty() ? 0 : 28 + kCharWidth * static_cast<double>(longest) + kLegendGap;
+  return legend.empty() ? 0 : 32 + kCharWidth * static_cast<double>(longest) + kLegendGap;
 }
 
 std::string tick_text(const Axis& axis, double value) {
@@ -87,7 +145,9 @@ class Canvas {
                "svg: invalid chart size {}x{}: need {}..{} pixels per side", width, height,
                kMinSize, kMaxSize);
     for (const RefLine& line : ref_lines) {
-      if (!line.label.empty()) legend.push_back({line.label, line.color, true});
+      if (!line.label.empty()) {
+        legend.push_back({line.label, line.color, true, false, "", Marker::kNone});
+      }
     }
     // The canvas widens (never narrows) to give the plot at least min_plot_width.
     width = std::max(width, static_cast<int>(std::ceil(kMarginLeft + min_plot_width + 16 +
@@ -173,6 +233,14 @@ class Canvas {
             "<line x1=\"{:.1f}\" y1=\"{:.1f}\" x2=\"{:.1f}\" y2=\"{:.1f}\" stroke=\"{}\" "
             "stroke-width=\"1.5\" stroke-dasharray=\"4 3\"/>\n",
             x, y + 5, x + 16, y + 5, escape_xml(entry.color));
+      } else if (entry.is_line) {
+        const std::string color = escape_xml(entry.color);
+        out_ += fmt::format(
+            "<line x1=\"{:.1f}\" y1=\"{:.1f}\" x2=\"{:.1f}\" y2=\"{:.1f}\" stroke=\"{}\" "
+            "stroke-width=\"2\"{}/>\n",
+            x - 4, y + 5, x + 20, y + 5, color,
+            entry.dash.empty() ? "" : fmt::format(" stroke-dasharray=\"{}\"", entry.dash));
+        out_ += marker_svg(entry.marker, x + 8, y + 5, color);
       } else {
         out_ += fmt::format(
             "<rect x=\"{:.1f}\" y=\"{:.1f}\" width=\"16\" height=\"10\" fill=\"{}\"/>\n", x, y,
@@ -274,9 +342,27 @@ std::string render(const LineChart& chart) {
     ISER_CHECK(series.x.size() == series.y.size(),
                "svg: series '{}' has {} x values but {} y values", series.name, series.x.size(),
                series.y.size());
+    ISER_CHECK(series.marker_every >= 1, "svg: series '{}' has marker_every = {} (need >= 1)",
+               series.name, series.marker_every);
     xs.insert(xs.end(), series.x.begin(), series.x.end());
     ys.insert(ys.end(), series.y.begin(), series.y.end());
-    if (!series.name.empty()) legend.push_back({series.name, series_color(series.color, s)});
+  }
+  std::vector<size_t> order(chart.series.size());
+  for (size_t s = 0; s < order.size(); ++s) order[s] = s;
+  if (chart.legend_by_line_end) {
+    // Top line first; a series with no finite point goes last.
+    std::stable_sort(order.begin(), order.end(), [&](size_t a, size_t b) {
+      const double ya = line_end(chart.series[a]);
+      const double yb = line_end(chart.series[b]);
+      if (!std::isfinite(ya) || !std::isfinite(yb)) return std::isfinite(ya) && !std::isfinite(yb);
+      return ya > yb;
+    });
+  }
+  for (const size_t s : order) {
+    const LineSeries& series = chart.series[s];
+    if (series.name.empty()) continue;
+    legend.push_back({series.name, series_color(series.color, s), false, true, resolve_dash(series),
+                      resolve_marker(series, s)});
   }
   for (const RefLine& line : chart.ref_lines) ys.push_back(line.value);
   const Range x_range = resolve_range(chart.x_axis, xs, "x");
@@ -299,7 +385,9 @@ std::string render(const LineChart& chart) {
   for (size_t s = 0; s < chart.series.size(); ++s) {
     const LineSeries& series = chart.series[s];
     const std::string color = escape_xml(series_color(series.color, s));
-    const std::string dash = series.dashed ? " stroke-dasharray=\"7 4\"" : "";
+    const std::string dash_array = resolve_dash(series);
+    const std::string dash =
+        dash_array.empty() ? "" : fmt::format(" stroke-dasharray=\"{}\"", dash_array);
     std::string points;
     const auto flush = [&] {
       if (points.empty()) return;
@@ -317,11 +405,13 @@ std::string render(const LineChart& chart) {
                             canvas.y_px(series.y[i]));
     }
     flush();
-    if (!series.markers) continue;
+    const Marker marker = resolve_marker(series, s);
+    if (marker == Marker::kNone) continue;
     for (size_t i = 0; i < series.x.size(); ++i) {
       if (!std::isfinite(series.x[i]) || !std::isfinite(series.y[i])) continue;
-      out += fmt::format("<circle cx=\"{:.1f}\" cy=\"{:.1f}\" r=\"3\" fill=\"{}\"/>\n",
-                         x_px(series.x[i]), canvas.y_px(series.y[i]), color);
+      // The last point always gets its marker: the legend is ordered by line ends.
+      if (i % static_cast<size_t>(series.marker_every) != 0 && i + 1 != series.x.size()) continue;
+      out += marker_svg(marker, x_px(series.x[i]), canvas.y_px(series.y[i]), color);
     }
   }
   return canvas.finish();
@@ -341,7 +431,10 @@ std::string render(const BarChart& chart) {
                "svg: bar series '{}' has {} hatch flags for {} categories", series.name,
                series.hatched.size(), chart.categories.size());
     ys.insert(ys.end(), series.values.begin(), series.values.end());
-    if (!series.name.empty()) legend.push_back({series.name, series_color(series.color, s)});
+    if (!series.name.empty()) {
+      legend.push_back(
+          {series.name, series_color(series.color, s), false, false, "", Marker::kNone});
+    }
   }
   for (const RefLine& line : chart.ref_lines) ys.push_back(line.value);
   // Category labels never overlap: the chart widens until the longest label line fits.

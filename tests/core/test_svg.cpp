@@ -25,8 +25,10 @@ LineChart two_lines() {
   chart.title = "A & B <test>";
   chart.x_axis.label = "g";
   chart.y_axis.label = "GB/s";
-  chart.series.push_back({"ring", {2, 4, 8}, {800, 600, 400}, "", false, true});
-  chart.series.push_back({"sag", {2, 4, 8}, {700, NAN, 450}, "#123456", true, false});
+  chart.series.push_back(
+      {"ring", {2, 4, 8}, {800, 600, 400}, "", false, true, "", Marker::kCircle, 1});
+  chart.series.push_back(
+      {"sag", {2, 4, 8}, {700, NAN, 450}, "#123456", true, false, "", Marker::kAuto, 1});
   chart.ref_lines.push_back({900, "B_link", "#555555"});
   return chart;
 }
@@ -65,8 +67,9 @@ TEST(Svg, LineChartHasEverySeriesLegendTicksAndReferenceLine) {
   EXPECT_EQ(doc.find("<test>"), std::string::npos);
   // ring: one polyline; sag: the NaN splits it into two one-point polylines.
   EXPECT_EQ(count(doc, "<polyline"), 3u);
-  EXPECT_EQ(count(doc, "stroke-dasharray=\"7 4\""), 2u);
-  EXPECT_EQ(count(doc, "<circle"), 3u);  // markers only for ring
+  // sag's two pieces plus its legend swatch (the legend shows each line's dash and marker).
+  EXPECT_EQ(count(doc, "stroke-dasharray=\"7 4\""), 3u);
+  EXPECT_EQ(count(doc, "<circle"), 4u);  // markers only for ring: 3 points + its legend swatch
   EXPECT_NE(doc.find(">ring</text>"), std::string::npos);
   EXPECT_NE(doc.find(">sag</text>"), std::string::npos);
   EXPECT_NE(doc.find(">B_link</text>"), std::string::npos);
@@ -131,6 +134,39 @@ TEST(Svg, WriteFile) {
   EXPECT_EQ(text.str(), render(two_lines()));
   std::filesystem::remove(path);
   EXPECT_THROW(write_file("/nonexistent-dir/x.svg", "x"), Error);
+}
+
+TEST(Svg, LegendFollowsTheLinesRightEndsAndShowsEachStyle) {
+  LineChart chart;
+  chart.series.push_back({"low", {0, 1}, {5, 1}, "", false, true, "", Marker::kAuto, 1});
+  chart.series.push_back({"high", {0, 1}, {1, 9}, "", false, true, "2 3", Marker::kAuto, 1});
+  chart.series.push_back({"mid", {0, 1, 2}, {3, 4, NAN}, "", false, true, "", Marker::kAuto, 1});
+  const std::string doc = render(chart);
+  // Right ends: high 9, mid 4 (its last finite point), low 1: the legend lists them top down.
+  const size_t high = doc.find(">high</text>"), mid = doc.find(">mid</text>"),
+               low = doc.find(">low</text>");
+  ASSERT_NE(high, std::string::npos);
+  EXPECT_LT(high, mid);
+  EXPECT_LT(mid, low);
+  // Automatic markers differ per series: a circle (low), a square (high), a triangle (mid), each
+  // on its points and in its legend swatch.
+  EXPECT_EQ(count(doc, "<circle"), 3u);
+  EXPECT_EQ(count(doc, "width=\"6.5\""), 3u);
+  EXPECT_EQ(count(doc, "<polygon"), 3u);
+  EXPECT_EQ(count(doc, "stroke-dasharray=\"2 3\""), 2u);  // high's line and its swatch
+  chart.legend_by_line_end = false;
+  const std::string in_order = render(chart);
+  EXPECT_LT(in_order.find(">low</text>"), in_order.find(">high</text>"));
+}
+
+TEST(Svg, MarkerEveryThinsMarkersButKeepsTheLastPoint) {
+  LineChart chart;
+  chart.series.push_back(
+      {"s", {0, 1, 2, 3, 4}, {1, 2, 3, 4, 5}, "", false, true, "", Marker::kCircle, 3});
+  // Points 0 and 3, the last point 4, and the legend swatch.
+  EXPECT_EQ(count(render(chart), "<circle"), 4u);
+  chart.series[0].marker_every = 0;
+  EXPECT_THROW(render(chart), Error);
 }
 
 }  // namespace

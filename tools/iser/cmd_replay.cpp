@@ -34,7 +34,20 @@ struct ReplayArgs {
   std::string json_path, csv_path, svg_path, report_dir, projection;
   ReplayConfig config;
   bool quiet = false;
+  // Served past and costs.
+  std::string plan_trace;
+  std::string plan_category;
+  int64_t warmup = -1;
+  std::string model = "deepseek-v4-flash";
+  // Real drift (the default source) and the paper's E1 preset.
+  bool drift = false;
+  std::string drift_topics;
+  DriftOptions drift_options;
+  bool paper_e1 = false;
+  std::string chart_policies;
 };
+
+constexpr int64_t kDefaultDriftIterations = 32;
 
 // "0-3,7,9-10" -> {0,1,2,3,7,9,10}.
 std::vector<int> parse_index_list(const std::string& text, const char* flag) {
@@ -75,7 +88,23 @@ std::vector<std::string> split_names(const std::string& text) {
   return out;
 }
 
+// The default source is real drift over the bundled topics; --trace, --synthetic and
+// --paper-e1 (the bundled coding histograms, the paper's E1) replace it.
+bool uses_drift(const ReplayArgs& args) {
+  return args.drift || (args.trace.empty() && args.synthetic.empty() && !args.paper_e1);
+}
+
 std::unique_ptr<RoutingSource> open_source(ReplayArgs& args) {
+  ISER_CHECK(!(args.paper_e1 && (!args.trace.empty() || !args.synthetic.empty() || args.drift)),
+             "--paper-e1 replays the bundled coding histograms: drop --trace/--synthetic/--drift");
+  if (uses_drift(args)) {
+    ISER_CHECK(args.trace.empty() && args.synthetic.empty(),
+               "--drift is exclusive with --trace and --synthetic");
+    DriftOptions options = args.drift_options;
+    options.seed = args.trace_options.seed;
+    for (const auto& name : split_names(args.drift_topics)) options.topics.emplace_back(name);
+    return make_drift(options);
+  }
   if (!args.synthetic.empty()) {
     ISER_CHECK(args.trace.empty(), "--trace and --synthetic are exclusive");
     SyntheticOptions options = args.synthetic_options;
@@ -117,9 +146,23 @@ class ProgressBar {
 void run(ReplayArgs& args) {
   ReplayConfig config = args.config;
   if (!args.layers.empty()) config.layers = parse_index_list(args.layers, "--layers");
-  if (!args.policies.empty() && args.policies != "all")
+  if (args.policies == "all" || (args.policies.empty() && args.paper_e1)) {
+    config.policies = available_policies();
+  } else if (!args.policies.empty()) {
     config.policies = split_names(args.policies);
-  if (args.iterations > 0) config.iterations = args.iterations;
+  }
+  if (args.iterations > 0) {
+    config.iterations = args.iterations;
+  } else if (uses_drift(args)) {
+    config.iterations = kDefaultDriftIterations;
+  }
+  if (args.warmup >= 0) config.warmup = args.warmup;
+  if (!args.plan_trace.empty()) {
+    TraceOptions plan_options;
+    plan_options.category = args.plan_category;
+    config.plan_history = read_plan_history(args.plan_trace, plan_options);
+  }
+  if (args.model != "none") config.cost_model = find_replay_cost_model(args.model);
   config.num_threads = args.num_threads;
   if (!args.projection.empty()) config.projection = model::find_layer_time_fit(args.projection);
   const auto source = open_source(args);
@@ -128,6 +171,8 @@ void run(ReplayArgs& args) {
   const ReplayResult result = run_replay(*source, config);
   config.progress = nullptr;
   print_replay_tables(result, stdout);
+  const ChartOptions charts{args.chart_policies.empty() ? std::vector<std::string>{}
+                                                        : split_names(args.chart_policies)};
   // Output files may name folders that do not exist yet (e.g. --json inside --report's DIR).
   const auto make_parent = [](const std::filesystem::path& path) {
     std::error_code ec;
@@ -145,9 +190,9 @@ void run(ReplayArgs& args) {
   if (!args.csv_path.empty()) write_file(args.csv_path, replay_to_csv(result));
   if (!args.svg_path.empty()) {
     make_parent(args.svg_path);
-    write_layer_svgs(result, args.svg_path);
+    write_layer_svgs(result, args.svg_path, charts);
   }
-  if (!args.report_dir.empty()) write_replay_report(result, args.report_dir);
+  if (!args.report_dir.empty()) write_replay_report(result, args.report_dir, charts);
 }
 
 }  // namespace
@@ -156,8 +201,9 @@ void add_replay_command(CLI::App& app) {
   auto args = std::make_shared<ReplayArgs>();
   CLI::App* cmd = app.add_subcommand(
       "replay",
-      "Replay routing data through balancing policies (default: the bundled DeepSeek-V4.1-Flash "
-      "histograms at EP 4,8,16,24, 8192 tokens/rank, S = 4, every policy)");
+      "Replay routing data through balancing policies (default: real drift over the bundled "
+      "DeepSeek-V4.1-Flash topics coding, cpp and medical at EP 4,8,16,24, 8192 tokens/rank, "
+      "S = 4; per-invocation replication against static EPLB planned from the past)");
   cmd->add_option("--trace", args->trace,
                   "Routing file or directory: canonical safetensors, TensorRT-LLM dump, vLLM "
                   "safetensors, SGLang JSON, JSONL per-token top-k");
@@ -193,12 +239,52 @@ void add_replay_command(CLI::App& app) {
   cmd->add_option("--g-min", args->config.g_min, "Smallest aligned group size")
       ->check(CLI::Range(1, kMaxRanks));
   cmd->add_option("--policies", args->policies,
-                  "Comma-separated policies, or 'all' (default: all)");
-  cmd->add_option("--layers", args->layers, "Layers, e.g. 3-39 or 0,5,7 (default: all)");
+                  "Comma-separated policies, or 'all' (default: none, eplb, eplb-window, "
+                  "eplb-equal-mem, halo-q, iser, oracle)");
+  cmd->add_option("--layers", args->layers,
+                  "Layer ids, e.g. 3-39 or 0,5,7 (the ids the file carries; default: all)");
   cmd->add_option("--iterations", args->iterations,
-                  "Iterations per layer (default: every full one for token traces, 2 for "
-                  "sampled histograms)")
+                  "Measured iterations per layer, after the warm-up (default: every full one "
+                  "for token traces, 32 for drift, 2 for sampled histograms)")
       ->check(CLI::PositiveNumber);
+  // Static placements plan only from the past, and every policy carries its costs.
+  cmd->add_option("--plan-trace", args->plan_trace,
+                  "eplb / eplb-equal-mem plan from this recording (any format; whole-set loads, "
+                  "layers matched by the layer ids the files carry) instead of the warm-up");
+  cmd->add_option("--plan-category", args->plan_category,
+                  "Histogram category of --plan-trace (expert_counts.<name>)");
+  cmd->add_option("--warmup", args->warmup,
+                  "Iterations served first and left out of every mean (default: the EPLB "
+                  "window when a policy plans from the served past, else 0)")
+      ->check(CLI::NonNegativeNumber);
+  cmd->add_option("--eplb-interval", args->config.policy_options.eplb_interval,
+                  "eplb-window: iterations between re-plans (default 1)")
+      ->check(CLI::NonNegativeNumber);
+  cmd->add_option("--model", args->model,
+                  "Memory/traffic columns for this model: deepseek-v4-flash (default), "
+                  "deepseek-v4-pro, or none");
+  cmd->add_flag("--drift", args->drift,
+                "Real drift (the default source): requests from topic histograms, mixture "
+                "changing over iterations (docs/data.md)");
+  cmd->add_option("--drift-topics", args->drift_topics,
+                  "drift: comma-separated histogram files (default: the bundled coding, cpp, "
+                  "medical)");
+  cmd->add_option("--drift-period", args->drift_options.period,
+                  "drift: iterations between mixture anchors")
+      ->check(CLI::PositiveNumber);
+  cmd->add_option("--drift-focus", args->drift_options.focus,
+                  "drift: the anchor topic's share at an anchor")
+      ->check(CLI::Range(0.0, 1.0));
+  cmd->add_option("--request-tokens", args->drift_options.request_tokens,
+                  "drift: mean request (run) length in tokens")
+      ->check(CLI::Range(1.0, 1e9));
+  cmd->add_flag("--iid", args->drift_options.iid,
+                "drift: draw every token's topic on its own (no request runs)");
+  cmd->add_flag("--paper-e1", args->paper_e1,
+                "The paper's E1: the bundled coding histograms sampled i.i.d., every policy");
+  cmd->add_option("--chart-policies", args->chart_policies,
+                  "Policies drawn in --svg/--report charts (default: the few that carry the "
+                  "comparison)");
   cmd->add_option("--seed", args->trace_options.seed, "Sampling seed");
   cmd->add_option("--min-move", args->config.policy_options.min_move,
                   "resident/iser: skip replications moving fewer routes")

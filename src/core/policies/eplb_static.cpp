@@ -1,15 +1,20 @@
-// `eplb` and `eplb-window`: a static placement by DeepSeek's EPLB (include/iser/eplb.h) with the
-// same P * (H + S) physical slots as the per-invocation policies.
+// Static placements by DeepSeek's EPLB (include/iser/eplb.h): `eplb`, `eplb-oracle`,
+// `eplb-equal-mem` and `eplb-window`.
 //
-// Definition (both):
-//  * EPLB runs on one layer with replicas = E + P*S = P*(H + S), groups = 1, nodes = 1 (the
-//    global policy), gpus = P; rank r holds physical experts [r*(H+S), (r+1)*(H+S)). The
-//    placement is static: weights are installed before the invocation, so the plan has no
-//    broadcasts and moves no bytes (its cost is not counted).
-//  * `eplb` plans once from the whole trace of the layer (sum of hist over every iteration,
-//    given to prepare()). `eplb-window` re-plans before every invocation from the previous
-//    PolicyOptions::eplb_window invocations only (default 8), never the current one; the first
-//    invocation has no history and runs unbalanced (every route at its home rank).
+// Definition (all):
+//  * EPLB runs on one layer with replicas = P*(H + S'), groups = 1, nodes = 1 (the global
+//    policy), gpus = P; rank r holds physical experts [r*(H+S'), (r+1)*(H+S')). S' = S for
+//    every variant but eplb-equal-mem, which gets PolicyOptions::eplb_equal_mem_slots (the
+//    helper slots per layer that per-invocation policies' shared banks would pay for; 0 makes it
+//    a pure permutation of the experts). Weights are installed before the invocation, so the
+//    plan has no broadcasts; a re-plan reports the expert copies it installs (installed_copies).
+//  * `eplb`, `eplb-equal-mem` and `eplb-oracle` plan once from the load history prepare()
+//    receives (the sum of its histograms). They differ only in what replay gives them: the past
+//    (another trace, or the warm-up iterations) for eplb and eplb-equal-mem, the very iterations
+//    it serves for eplb-oracle (in-sample: a bound no deployment reaches).
+//  * `eplb-window` re-plans every PolicyOptions::eplb_interval invocations (default 1) from the
+//    previous PolicyOptions::eplb_window invocations only (default 8), never the current one;
+//    with no history yet it runs unbalanced (every route at its home rank).
 //  * Token split (optimistic, even): source rank s sends its c = c[s][e] routes of expert e to
 //    e's n replicas, c / n to each; the c % n leftover routes go one per replica, first to the
 //    replicas on s itself (replica order), then to the others in replica order starting at
@@ -36,9 +41,10 @@ struct StaticPlacement {
   std::vector<std::vector<int32_t>> ranks;  // [E]: the distinct hosting ranks, ascending
 };
 
-StaticPlacement place(const Topology& topo, std::span<const double> weight) {
+StaticPlacement place(const Topology& topo, int num_slots, std::span<const double> weight) {
+  const int slots_per_rank = topo.experts_per_rank() + num_slots;
   EplbConfig config;
-  config.num_replicas = topo.total_slots();
+  config.num_replicas = topo.num_ranks * slots_per_rank;
   config.num_groups = 1;
   config.num_nodes = 1;
   config.num_gpus = topo.num_ranks;
@@ -48,7 +54,7 @@ StaticPlacement place(const Topology& topo, std::span<const double> weight) {
   out.ranks.resize(topo.num_experts);
   for (int e = 0; e < topo.num_experts; ++e) {
     for (int x = 0; x < p.log_count(0, e); ++x) {
-      out.hosts[e].push_back(p.log_to_phy(0, e, x) / topo.slots_per_rank());
+      out.hosts[e].push_back(p.log_to_phy(0, e, x) / slots_per_rank);
     }
     out.ranks[e] = out.hosts[e];
     std::sort(out.ranks[e].begin(), out.ranks[e].end());
@@ -88,17 +94,47 @@ std::vector<RouteFlow> split_flows(const Topology& topo, const CountMatrix& coun
   return flows;
 }
 
+// (rank, expert) pairs of `next` that `previous` lacks: the copies installing `next` costs.
+// No previous placement: the home layout (rank r holds experts [r*H, (r+1)*H)).
+int32_t installed_copies(const Topology& topo, const StaticPlacement* previous,
+                         const StaticPlacement& next) {
+  int32_t copies = 0;
+  for (int e = 0; e < topo.num_experts; ++e) {
+    for (const int32_t r : next.ranks[e]) {
+      const bool held =
+          previous ? std::binary_search(previous->ranks[e].begin(), previous->ranks[e].end(), r)
+                   : r == topo.owner_of(e);
+      copies += held ? 0 : 1;
+    }
+  }
+  return copies;
+}
+
 std::vector<double> histogram_weight(const CountMatrix& counts) {
   const auto hist = counts.histogram();
   return {hist.begin(), hist.end()};
 }
 
+enum class EplbKind { kPast, kOracle, kEqualMemory, kWindow };
+
 class EplbPolicy final : public Policy {
  public:
-  // window == 0: whole trace (prepare); else the previous `window` invocations.
-  EplbPolicy(const Topology& topo, int window) : topo_(topo), window_(window) {}
+  EplbPolicy(const Topology& topo, EplbKind kind, int num_slots, int window, int interval)
+      : topo_(topo), kind_(kind), num_slots_(num_slots), window_(window), interval_(interval) {}
 
-  std::string_view name() const override { return window_ == 0 ? "eplb" : "eplb-window"; }
+  std::string_view name() const override {
+    switch (kind_) {
+      case EplbKind::kPast:
+        return "eplb";
+      case EplbKind::kOracle:
+        return "eplb-oracle";
+      case EplbKind::kEqualMemory:
+        return "eplb-equal-mem";
+      case EplbKind::kWindow:
+        return "eplb-window";
+    }
+    return "eplb";
+  }
 
   ValidationOptions validation() const override {
     ValidationOptions v;
@@ -108,35 +144,37 @@ class EplbPolicy final : public Policy {
     return v;
   }
 
-  void prepare(std::span<const CountMatrix> layer_iterations) override {
-    if (window_ != 0) return;  // windowed EPLB must not see the future
+  void prepare(std::span<const CountMatrix> history) override {
+    if (kind_ == EplbKind::kWindow) return;  // windowed EPLB plans from what it has served
     std::vector<double> weight(topo_.num_experts, 0.0);
-    for (const CountMatrix& counts : layer_iterations) {
+    for (const CountMatrix& counts : history) {
       check_shape(counts);
       const auto hist = counts.histogram();
       for (int e = 0; e < topo_.num_experts; ++e) weight[e] += static_cast<double>(hist[e]);
     }
-    placement_ = place(topo_, weight);
+    placement_ = place(topo_, num_slots_, weight);
   }
 
   PolicyResult plan(const CountMatrix& counts) override {
     check_shape(counts);
     PolicyResult result;
     result.plan = make_empty_plan(topo_, counts);
-    if (window_ == 0) {
+    if (kind_ != EplbKind::kWindow) {
       ISER_CHECK(placement_.has_value(),
-                 "policy eplb: prepare() must receive the layer's whole trace before plan()");
-      result.flows = split_flows(topo_, counts, *placement_);
-    } else if (history_.empty()) {
-      result.flows = home_flows(topo_, counts);
-    } else {
+                 "policy {}: prepare() must receive the layer's load history before plan()",
+                 name());
+    } else if (!history_.empty() && served_ % interval_ == 0) {
       std::vector<double> weight(topo_.num_experts, 0.0);
       for (const auto& past : history_) {
         for (int e = 0; e < topo_.num_experts; ++e) weight[e] += past[e];
       }
-      result.flows = split_flows(topo_, counts, place(topo_, weight));
+      StaticPlacement next = place(topo_, num_slots_, weight);
+      result.installed_copies = installed_copies(topo_, placement_ ? &*placement_ : nullptr, next);
+      placement_ = std::move(next);
     }
-    if (window_ != 0) {
+    result.flows = placement_ ? split_flows(topo_, counts, *placement_) : home_flows(topo_, counts);
+    if (kind_ == EplbKind::kWindow) {
+      ++served_;
       history_.push_back(histogram_weight(counts));
       if (static_cast<int>(history_.size()) > window_) history_.pop_front();
     }
@@ -153,23 +191,44 @@ class EplbPolicy final : public Policy {
   }
 
   Topology topo_;
+  EplbKind kind_;
+  int num_slots_;
   int window_;
-  std::optional<StaticPlacement> placement_;  // eplb (whole trace)
-  std::deque<std::vector<double>> history_;   // eplb-window: hist of the previous invocations
+  int interval_;
+  int64_t served_ = 0;
+  std::optional<StaticPlacement> placement_;
+  std::deque<std::vector<double>> history_;  // eplb-window: hist of the previous invocations
 };
 
 }  // namespace
 
 std::unique_ptr<Policy> make_eplb_policy(const Topology& topo, const PolicyOptions&) {
-  return std::make_unique<EplbPolicy>(topo, 0);
+  return std::make_unique<EplbPolicy>(topo, EplbKind::kPast, topo.num_slots, 0, 1);
+}
+
+std::unique_ptr<Policy> make_eplb_oracle_policy(const Topology& topo, const PolicyOptions&) {
+  return std::make_unique<EplbPolicy>(topo, EplbKind::kOracle, topo.num_slots, 0, 1);
+}
+
+std::unique_ptr<Policy> make_eplb_equal_mem_policy(const Topology& topo,
+                                                   const PolicyOptions& options) {
+  ISER_CHECK(options.eplb_equal_mem_slots >= 0 && options.eplb_equal_mem_slots <= kMaxSlots,
+             "policy eplb-equal-mem: invalid slots {} (need 0..{})", options.eplb_equal_mem_slots,
+             kMaxSlots);
+  return std::make_unique<EplbPolicy>(topo, EplbKind::kEqualMemory, options.eplb_equal_mem_slots, 0,
+                                      1);
 }
 
 std::unique_ptr<Policy> make_eplb_window_policy(const Topology& topo,
                                                 const PolicyOptions& options) {
   ISER_CHECK(options.eplb_window >= 0, "policy eplb-window: invalid window {} (need >= 0)",
              options.eplb_window);
+  ISER_CHECK(options.eplb_interval >= 0, "policy eplb-window: invalid interval {} (need >= 0)",
+             options.eplb_interval);
   return std::make_unique<EplbPolicy>(
-      topo, options.eplb_window == 0 ? kDefaultEplbWindow : options.eplb_window);
+      topo, EplbKind::kWindow, topo.num_slots,
+      options.eplb_window == 0 ? kDefaultEplbWindow : options.eplb_window,
+      options.eplb_interval == 0 ? 1 : options.eplb_interval);
 }
 
 }  // namespace iser

@@ -22,6 +22,9 @@ std::unique_ptr<Policy> make_iser_policy(const Topology& topo, const PolicyOptio
 // Baselines (docs/design.md §6): policies/eplb_static.cpp, all_rank.cpp, p2p.cpp.
 std::unique_ptr<Policy> make_eplb_policy(const Topology& topo, const PolicyOptions& options);
 std::unique_ptr<Policy> make_eplb_window_policy(const Topology& topo, const PolicyOptions& options);
+std::unique_ptr<Policy> make_eplb_oracle_policy(const Topology& topo, const PolicyOptions& options);
+std::unique_ptr<Policy> make_eplb_equal_mem_policy(const Topology& topo,
+                                                   const PolicyOptions& options);
 std::unique_ptr<Policy> make_all_rank_policy(const Topology& topo, const PolicyOptions& options);
 std::unique_ptr<Policy> make_all_rank_balanced_policy(const Topology& topo,
                                                       const PolicyOptions& options);

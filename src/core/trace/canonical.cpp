@@ -3,6 +3,8 @@
 #include <cstring>
 #include <set>
 
+#include <nlohmann/json.hpp>
+
 #include "common.h"
 #include "iser/error.h"
 #include "iser/trace.h"
@@ -62,6 +64,31 @@ std::optional<int64_t> metadata_int(const SafetensorsView& view, const std::stri
   ISER_CHECK(v.has_value(), "{}: __metadata__.{} = '{}' is not an integer", view.name, key,
              it->second);
   return v;
+}
+
+// `__metadata__.layers`: the model's layer id of every layer row, a JSON list of distinct
+// non-negative integers in ascending order, one per layer. Absent: layers are 0..L-1.
+std::vector<int> metadata_layer_ids(const SafetensorsView& view, int num_layers) {
+  const auto it = view.metadata.find("layers");
+  if (it == view.metadata.end()) return {};
+  const nlohmann::json parsed = nlohmann::json::parse(it->second, nullptr, false);
+  ISER_CHECK(parsed.is_array(), "{}: __metadata__.layers = '{}' is not a JSON list of layer ids",
+             view.name, it->second);
+  ISER_CHECK(static_cast<int>(parsed.size()) == num_layers,
+             "{}: __metadata__.layers names {} layers but the tensors hold L = {}", view.name,
+             parsed.size(), num_layers);
+  std::vector<int> ids;
+  for (const auto& v : parsed) {
+    ISER_CHECK(v.is_number_integer() && v.get<int64_t>() >= 0 && v.get<int64_t>() < (1 << 20),
+               "{}: __metadata__.layers entry {} is not a layer id (an integer in [0, 2^20))",
+               view.name, v.dump());
+    const int id = v.get<int>();
+    ISER_CHECK(ids.empty() || id > ids.back(),
+               "{}: __metadata__.layers must be ascending and distinct ({} after {})", view.name,
+               id, ids.empty() ? -1 : ids.back());
+    ids.push_back(id);
+  }
+  return ids;
 }
 
 // topk_ids decoded straight into int32 (no int64 detour: this is the large tensor).
@@ -177,6 +204,7 @@ TraceData read_canonical(const SafetensorsView& view, const TraceOptions& option
     data.num_ranks = per_rank ? static_cast<int>(t.shape[2]) : 0;
     data.iteration_counts = view.read_integers(t);
   }
+  meta.layer_ids = metadata_layer_ids(view, meta.num_layers);
   data.validate(name);
   return data;
 }
@@ -209,6 +237,7 @@ TraceData read_single_tensor(const SafetensorsView& view, const TraceOptions& op
              trace::kMaxTraceLayers);
   meta.num_layers = static_cast<int>(layers);
   meta.notes = fmt::format("vLLM load tensor '{}'", t.name);
+  meta.layer_ids = metadata_layer_ids(view, meta.num_layers);
   if (t.shape.size() == 2) {
     data.kind = TraceKind::kHistograms;
     data.categories.emplace_back();
@@ -244,6 +273,13 @@ void TraceData::validate(std::string_view what) const {
   ISER_CHECK(m.num_layers >= 1 && m.num_layers <= trace::kMaxTraceLayers,
              "{}: num_layers = {} out of range [1, {}]", what, m.num_layers,
              trace::kMaxTraceLayers);
+  ISER_CHECK(m.layer_ids.empty() || static_cast<int>(m.layer_ids.size()) == m.num_layers,
+             "{}: {} layer ids for {} layers", what, m.layer_ids.size(), m.num_layers);
+  for (size_t l = 0; l < m.layer_ids.size(); ++l) {
+    ISER_CHECK(m.layer_ids[l] >= 0 && (l == 0 || m.layer_ids[l] > m.layer_ids[l - 1]),
+               "{}: layer ids must be non-negative, ascending and distinct (id {} at position {})",
+               what, m.layer_ids[l], l);
+  }
   const int64_t L = m.num_layers;
   const int64_t E = m.num_experts;
   switch (kind) {
@@ -332,6 +368,7 @@ std::string serialize_trace(const TraceData& data, TraceDType ids_dtype, TraceDT
                                               {"top_k", std::to_string(m.top_k)}};
   if (!m.model.empty()) metadata["model"] = m.model;
   if (!m.dataset.empty()) metadata["dataset"] = m.dataset;
+  if (!m.layer_ids.empty()) metadata["layers"] = fmt::format("[{}]", fmt::join(m.layer_ids, ", "));
   std::vector<trace::TensorToWrite> tensors;
   switch (data.kind) {
     case TraceKind::kTokens:

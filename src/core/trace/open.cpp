@@ -21,6 +21,25 @@ constexpr FormatName kFormats[] = {
 };
 
 constexpr std::string_view kBundledFile = "dsv41-flash-coding.safetensors";
+constexpr std::string_view kBundledTopics[] = {"dsv41-flash-coding.safetensors",
+                                               "dsv41-flash-topic-cpp.safetensors",
+                                               "dsv41-flash-topic-medical.safetensors"};
+
+// A bundled data file: in $ISER_DATA_DIR when set (an installed or relocated binary), else in
+// the source tree's data/ directory.
+std::filesystem::path bundled_file(std::string_view file) {
+  if (const char* env = std::getenv("ISER_DATA_DIR"); env != nullptr && *env != '\0') {
+    auto p = std::filesystem::path(env) / file;
+    ISER_CHECK(std::filesystem::exists(p), "{}: bundled data not found (ISER_DATA_DIR = {})",
+               p.string(), env);
+    return p;
+  }
+  auto p = std::filesystem::path(ISER_DATA_DIR) / file;
+  ISER_CHECK(std::filesystem::exists(p),
+             "{}: bundled data not found; set ISER_DATA_DIR to the directory holding {}",
+             p.string(), file);
+  return p;
+}
 
 // Peeks at the first bytes of a file without reading it all.
 std::string head_of(const std::filesystem::path& path, size_t n) {
@@ -109,17 +128,13 @@ std::unique_ptr<RoutingSource> open_trace(const std::filesystem::path& path,
 }
 
 std::filesystem::path bundled_default_trace() {
-  if (const char* env = std::getenv("ISER_DATA_DIR"); env != nullptr && *env != '\0') {
-    auto p = std::filesystem::path(env) / kBundledFile;
-    ISER_CHECK(std::filesystem::exists(p), "{}: bundled trace not found (ISER_DATA_DIR = {})",
-               p.string(), env);
-    return p;
-  }
-  auto p = std::filesystem::path(ISER_DATA_DIR) / kBundledFile;
-  ISER_CHECK(std::filesystem::exists(p),
-             "{}: bundled trace not found; set ISER_DATA_DIR to the directory holding {}",
-             p.string(), kBundledFile);
-  return p;
+  return bundled_file(kBundledFile);
+}
+
+std::vector<std::filesystem::path> bundled_drift_topics() {
+  std::vector<std::filesystem::path> paths;
+  for (const std::string_view file : kBundledTopics) paths.push_back(bundled_file(file));
+  return paths;
 }
 
 }  // namespace iser
