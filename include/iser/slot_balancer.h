@@ -35,10 +35,10 @@
 namespace iser {
 
 struct SlotBalancerConfig {
-  int num_ranks = 0;    // P
-  int num_experts = 0;  // E (P | E)
-  int num_slots = 0;    // S helper slots per rank, >= 1
-  std::string policy = "halo-q";  // a policy the GPU planner covers (gpu_planner_options)
+  int num_ranks = 0;                       // P
+  int num_experts = 0;                     // E (P | E)
+  int num_slots = 0;                       // S helper slots per rank, >= 1
+  std::string policy = "halo-q";           // a policy the GPU planner covers (gpu_planner_options)
   Transport transport = Transport::kPlan;  // an SM transport (not copy-engine / multicast)
   int copy_sms = kDefaultCopySms;
   int max_tokens = 0;  // tokens per rank per call, at most
@@ -54,12 +54,12 @@ struct SlotBalancerConfig {
 };
 
 struct SlotBalancerStats {
-  uint64_t fallback_slots = 0;   // helper slots refilled from home bundles (cumulative, all local)
-  uint64_t ready_failures = 0;   // READY failures seen by stats() (cumulative)
-  uint32_t planner_errors = 0;   // GpuStatus bits of count/rewrite since the last stats()
-  uint32_t plan_status = 0;      // GpuStatus of the last plan (kGpuOk: balanced)
-  int32_t num_ops = 0;           // replications of the last plan (-1: copy list refused)
-  std::string last_failure;      // the last READY failure, or empty
+  uint64_t fallback_slots = 0;  // helper slots refilled from home bundles (cumulative, all local)
+  uint64_t ready_failures = 0;  // READY failures seen by stats() (cumulative)
+  uint32_t planner_errors = 0;  // GpuStatus bits of count/rewrite since the last stats()
+  uint32_t plan_status = 0;     // GpuStatus of the last plan (kGpuOk: balanced)
+  int32_t num_ops = 0;          // replications of the last plan (-1: copy list refused)
+  std::string last_failure;     // the last READY failure, or empty
 };
 
 class SlotBalancer {
@@ -88,7 +88,8 @@ class SlotBalancer {
   // topk_ids [num_local][num_tokens * top_k] int32 (-1 = none) -> slot_ids (same shape, global
   // slot ids, -1 stays -1). num_tokens <= max_tokens, top_k <= config top_k. Enqueues the copy
   // stream's planning behind `stream` and makes `stream` wait for the slot ids.
-  void route(const int32_t* topk_ids, int num_tokens, int top_k, int32_t* slot_ids, StreamHandle stream);
+  void route(const int32_t* topk_ids, int num_tokens, int top_k, int32_t* slot_ids,
+             StreamHandle stream);
   // Replication of the last route()'s plan and its READY gate, on the copy stream.
   void replicate();
   // `stream` waits for the READY gate and refills unvalidated helper slots (see above).
@@ -97,6 +98,10 @@ class SlotBalancer {
   void release(StreamHandle stream);
 
   StreamHandle copy_stream() const;
+  // Fault injection (tests, logical mode): from the next replicate() on, local rank `local_idx`
+  // replicates on `stream` (after the plan) instead of the copy stream, so that work the caller
+  // puts on `stream` first delays that rank's copy and READY; -1 restores the copy stream.
+  void set_fault_stream(int local_idx, StreamHandle stream);
   // Device words of the last route(): the plan (GpuPlanLayout) and local rank 0's count matrix
   // [P][E].
   const int32_t* plan() const;

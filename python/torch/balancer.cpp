@@ -7,6 +7,7 @@
 #include <torch/library.h>
 
 #include <cstdlib>
+#include <functional>
 #include <memory>
 #include <string>
 #include <vector>
@@ -21,10 +22,10 @@ class TorchSlotBalancer : public torch::CustomClassHolder {
  public:
   // rank < 0: all num_ranks ranks on the current device (logical); else this process's rank of
   // an NCCL communicator bootstrapped from `unique_id` (Communicator::new_unique_id_hex()).
-  TorchSlotBalancer(int64_t num_ranks, int64_t num_experts, int64_t num_slots,
-                    std::string policy, std::string transport, int64_t copy_sms,
-                    int64_t max_tokens, int64_t top_k, int64_t timeout_us,
-                    std::vector<int64_t> field_bytes, int64_t rank, std::string unique_id) {
+  TorchSlotBalancer(int64_t num_ranks, int64_t num_experts, int64_t num_slots, std::string policy,
+                    std::string transport, int64_t copy_sms, int64_t max_tokens, int64_t top_k,
+                    int64_t timeout_us, std::vector<int64_t> field_bytes, int64_t rank,
+                    std::string unique_id) {
     SlotBalancerConfig c;
     c.num_ranks = static_cast<int>(num_ranks);
     c.num_experts = static_cast<int>(num_experts);
@@ -57,8 +58,8 @@ class TorchSlotBalancer : public torch::CustomClassHolder {
   int64_t first_rank() const { return balancer_->first_rank(); }
   int64_t plan_words() const { return balancer_->plan_layout().total_words(); }
 
-  // Field f of every local rank's H + S slots as bytes: [num_local, H + S, field_bytes[f]].
-  // The memory belongs to the balancer: keep it alive while the tensor is used.
+  // Field f of every local rank's H + S slots as bytes: [num_local, H + S, field_bytes[f]]. The
+  // memory is the balancer's; the tensor holds a reference to it.
   at::Tensor field(int64_t f) const {
     const SlotBalancerConfig& c = balancer_->config();
     TORCH_CHECK(f >= 0 && f < static_cast<int64_t>(c.field_bytes.size()), "iser: field ", f,
@@ -66,7 +67,7 @@ class TorchSlotBalancer : public torch::CustomClassHolder {
     auto* base = static_cast<uint8_t*>(balancer_->slots(0)) + balancer_->field_offset(f);
     const int64_t slots = c.experts_per_rank() + c.num_slots;
     return at::from_blob(base, {num_local_ranks(), slots, c.field_bytes[f]},
-                         {balancer_->region_bytes(), balancer_->slot_stride(), 1},
+                         {balancer_->region_bytes(), balancer_->slot_stride(), 1}, keep_alive(),
                          at::TensorOptions().dtype(at::kByte).device(at::kCUDA, device_));
   }
 
@@ -75,8 +76,8 @@ class TorchSlotBalancer : public torch::CustomClassHolder {
     TORCH_CHECK(topk_ids.is_cuda() && topk_ids.get_device() == device_,
                 "iser: topk_ids must be on cuda:", device_, ", got ", topk_ids.device());
     TORCH_CHECK(topk_ids.dim() == 3 && topk_ids.size(0) == num_local_ranks(),
-                "iser: topk_ids must be [", num_local_ranks(),
-                ", num_tokens, top_k], got shape ", topk_ids.sizes());
+                "iser: topk_ids must be [", num_local_ranks(), ", num_tokens, top_k], got shape ",
+                topk_ids.sizes());
     const c10::cuda::CUDAGuard guard(device_);
     // NOTE: the copy stream reads the ids after this call returns; holding them until the next
     // route() keeps their memory from the allocator until the caller's stream has waited for
@@ -99,17 +100,21 @@ class TorchSlotBalancer : public torch::CustomClassHolder {
     const c10::cuda::CUDAGuard guard(device_);
     balancer_->release(stream());
   }
+  void set_fault_stream(int64_t local_idx, int64_t stream) {
+    balancer_->set_fault_stream(static_cast<int>(local_idx),
+                                reinterpret_cast<cudaStream_t>(stream));
+  }
   int64_t copy_stream() const { return reinterpret_cast<int64_t>(balancer_->copy_stream()); }
 
   // Views of the last route()'s plan words and local rank 0's count matrix [P, E].
   at::Tensor plan() const {
-    return at::from_blob(const_cast<int32_t*>(balancer_->plan()), {plan_words()},
+    return at::from_blob(const_cast<int32_t*>(balancer_->plan()), {plan_words()}, {1}, keep_alive(),
                          at::TensorOptions().dtype(at::kInt).device(at::kCUDA, device_));
   }
   at::Tensor counts() const {
     const SlotBalancerConfig& c = balancer_->config();
     return at::from_blob(const_cast<int32_t*>(balancer_->count_matrix()),
-                         {c.num_ranks, c.num_experts},
+                         {c.num_ranks, c.num_experts}, {c.num_experts, 1}, keep_alive(),
                          at::TensorOptions().dtype(at::kInt).device(at::kCUDA, device_));
   }
 
@@ -126,6 +131,12 @@ class TorchSlotBalancer : public torch::CustomClassHolder {
   }
 
  private:
+  // A deleter that holds a reference to this balancer (views keep its memory alive).
+  std::function<void(void*)> keep_alive() const {
+    auto self = c10::intrusive_ptr<TorchSlotBalancer>::unsafe_reclaim_from_nonowning(
+        const_cast<TorchSlotBalancer*>(this));
+    return [self](void*) {};
+  }
   cudaStream_t stream() const { return at::cuda::getCurrentCUDAStream(device_).stream(); }
 
   int device_ = 0;
@@ -134,7 +145,9 @@ class TorchSlotBalancer : public torch::CustomClassHolder {
   at::Tensor ids_;
 };
 
-std::string nccl_unique_id() { return Communicator::new_unique_id_hex(); }
+std::string nccl_unique_id() {
+  return Communicator::new_unique_id_hex();
+}
 
 }  // namespace
 
@@ -151,6 +164,7 @@ TORCH_LIBRARY_FRAGMENT(iser, m) {
       .def("ready", &TorchSlotBalancer::ready)
       .def("release", &TorchSlotBalancer::release)
       .def("copy_stream", &TorchSlotBalancer::copy_stream)
+      .def("set_fault_stream", &TorchSlotBalancer::set_fault_stream)
       .def("plan", &TorchSlotBalancer::plan)
       .def("counts", &TorchSlotBalancer::counts)
       .def("stats", &TorchSlotBalancer::stats);

@@ -27,6 +27,7 @@
 #include "iser/gpu_planner.h"
 #include "iser/planner.h"
 #include "iser/rewrite.h"
+#include "iser/validator.h"
 
 namespace iser::torch_ops {
 namespace {
@@ -45,15 +46,15 @@ GpuPlanner& planner_for(int device, int num_ranks, int num_experts, int num_slot
   auto it = cache.find(key);
   if (it != cache.end()) return *it->second;
   TORCH_CHECK(c10::cuda::currentStreamCaptureStatusMayInitCtx() == c10::cuda::CaptureStatus::None,
-              "iser: the first call for P = ", num_ranks, ", E = ", num_experts, ", S = ",
-              num_slots, ", policy '", policy,
+              "iser: the first call for P = ", num_ranks, ", E = ", num_experts,
+              ", S = ", num_slots, ", policy '", policy,
               "' is inside a CUDA graph capture; call the op once before capturing (it builds "
               "the planner)");
   // Plans check every count against the planner's largest routes per rank (kGpuBadCounts), so
   // the cached planner takes the largest the GPU planner supports.
-  auto planner = std::make_unique<GpuPlanner>(
-      Topology::make(num_ranks, num_experts, num_slots), kGpuMaxRoutesPerRank,
-      gpu_planner_options(policy), kCountRows);
+  auto planner =
+      std::make_unique<GpuPlanner>(Topology::make(num_ranks, num_experts, num_slots),
+                                   kGpuMaxRoutesPerRank, gpu_planner_options(policy), kCountRows);
   return *cache.emplace(key, std::move(planner)).first->second;
 }
 
@@ -63,7 +64,9 @@ void check_cuda_int(const at::Tensor& t, const char* name) {
               " must be int32 or int64, got ", t.scalar_type());
 }
 
-at::Tensor as_int32(const at::Tensor& t) { return t.to(at::kInt).contiguous(); }
+at::Tensor as_int32(const at::Tensor& t) {
+  return t.to(at::kInt).contiguous();
+}
 
 // (routes per row, top_k, rows) of ids [..., T, k].
 std::tuple<int64_t, int64_t, int64_t> route_shape(const at::Tensor& ids) {
@@ -72,8 +75,9 @@ std::tuple<int64_t, int64_t, int64_t> route_shape(const at::Tensor& ids) {
   const int64_t top_k = ids.size(-1);
   const int64_t tokens = ids.size(-2);
   TORCH_CHECK(top_k >= 1, "iser: topk_ids: top_k = 0");
-  TORCH_CHECK(tokens * top_k <= kGpuMaxRoutesPerRank, "iser: topk_ids: num_tokens x top_k = ",
-              tokens * top_k, " exceeds ", kGpuMaxRoutesPerRank, " routes per rank");
+  TORCH_CHECK(tokens * top_k <= kGpuMaxRoutesPerRank,
+              "iser: topk_ids: num_tokens x top_k = ", tokens * top_k, " exceeds ",
+              kGpuMaxRoutesPerRank, " routes per rank");
   const int64_t rows = tokens == 0 ? 0 : ids.numel() / (tokens * top_k);
   return {tokens, top_k, rows};
 }
@@ -87,8 +91,8 @@ void check_counts(const at::Tensor& counts, int64_t num_slots) {
 
 at::Tensor count_cuda(const at::Tensor& topk_ids, int64_t num_experts) {
   check_cuda_int(topk_ids, "topk_ids");
-  TORCH_CHECK(num_experts >= 2 && num_experts <= kGpuMaxExperts, "iser: num_experts = ",
-              num_experts, " not in [2, ", kGpuMaxExperts, "]");
+  TORCH_CHECK(num_experts >= 2 && num_experts <= kGpuMaxExperts,
+              "iser: num_experts = ", num_experts, " not in [2, ", kGpuMaxExperts, "]");
   const c10::cuda::CUDAGuard guard(topk_ids.device());
   const auto [tokens, top_k, rows] = route_shape(topk_ids);
   std::vector<int64_t> shape(topk_ids.sizes().begin(), topk_ids.sizes().end() - 2);
@@ -102,8 +106,8 @@ at::Tensor count_cuda(const at::Tensor& topk_ids, int64_t num_experts) {
   while (num_ranks <= kGpuMaxRanks && num_experts % num_ranks != 0) ++num_ranks;
   TORCH_CHECK(num_ranks <= kGpuMaxRanks, "iser: count: num_experts = ", num_experts,
               " has no divisor in [2, ", kGpuMaxRanks, "] (the GPU planner's P)");
-  GpuPlanner& planner = planner_for(topk_ids.get_device(), num_ranks,
-                                    static_cast<int>(num_experts), 1, "halo-q");
+  GpuPlanner& planner =
+      planner_for(topk_ids.get_device(), num_ranks, static_cast<int>(num_experts), 1, "halo-q");
   const cudaStream_t stream = at::cuda::getCurrentCUDAStream().stream();
   const int64_t routes = tokens * top_k;
   for (int64_t row = 0; row < rows; row += kCountRows) {
@@ -121,8 +125,8 @@ at::Tensor plan_cuda(const at::Tensor& counts_in, int64_t num_slots, c10::string
   const at::Tensor counts = as_int32(counts_in);
   const int P = static_cast<int>(counts.size(-2));
   const int E = static_cast<int>(counts.size(-1));
-  GpuPlanner& planner = planner_for(counts.get_device(), P, E, static_cast<int>(num_slots),
-                                    std::string(policy));
+  GpuPlanner& planner =
+      planner_for(counts.get_device(), P, E, static_cast<int>(num_slots), std::string(policy));
   const int64_t num_plans = counts.numel() / (int64_t{P} * E);
   std::vector<int64_t> shape(counts.sizes().begin(), counts.sizes().end() - 2);
   shape.push_back(planner.plan_words());
@@ -255,8 +259,7 @@ void encode_plan(const GpuPlanLayout& layout, const Plan& plan, int32_t* words) 
   }
 }
 
-at::Tensor plan_reference(const at::Tensor& counts_in, int64_t num_slots,
-                          c10::string_view policy) {
+at::Tensor plan_reference(const at::Tensor& counts_in, int64_t num_slots, c10::string_view policy) {
   check_cpu_int(counts_in, "counts");
   TORCH_CHECK(counts_in.dim() >= 2, "iser: counts must be [..., P, E], got ", counts_in.sizes());
   const at::Tensor counts = counts_in.to(at::kInt).contiguous();
@@ -290,19 +293,36 @@ at::Tensor rewrite_reference(const at::Tensor& plan, const at::Tensor& counts_in
   const at::Tensor counts = counts_in.to(at::kInt).contiguous();
   const at::Tensor ids = topk_ids.to(at::kInt).contiguous();
   const at::Tensor words = plan.to(at::kInt).contiguous();
-  const Topology topo = Topology::make(static_cast<int>(counts.size(0)),
-                                       static_cast<int>(counts.size(1)),
-                                       static_cast<int>(num_slots));
+  const Topology topo =
+      Topology::make(static_cast<int>(counts.size(0)), static_cast<int>(counts.size(1)),
+                     static_cast<int>(num_slots));
   const GpuPlanLayout layout = GpuPlanLayout::make(topo);
   cpu_options(policy);  // the same policies as the GPU ops
-  const Plan decoded = plan_from_words(
-      layout, std::span<const int32_t>(words.data_ptr<int32_t>(), words.numel()));
+  const Plan decoded =
+      plan_from_words(layout, std::span<const int32_t>(words.data_ptr<int32_t>(), words.numel()));
   at::Tensor slot_ids = at::empty_like(ids);
   rewrite_tokens(topo, count_matrix(counts, 0), decoded, static_cast<int>(rank),
                  std::span<const int32_t>(ids.data_ptr<int32_t>(), ids.numel()),
                  static_cast<int>(ids.size(1)),
                  std::span<int32_t>(slot_ids.data_ptr<int32_t>(), slot_ids.numel()));
   return slot_ids;
+}
+
+// The validator's violations of plan words (GPU layout) for counts [P, E]; empty: valid.
+std::vector<std::string> validate_plan_words(const at::Tensor& plan, const at::Tensor& counts_in,
+                                             int64_t num_slots) {
+  check_cpu_int(plan, "plan");
+  check_cpu_int(counts_in, "counts");
+  TORCH_CHECK(counts_in.dim() == 2, "iser: counts must be [P, E], got ", counts_in.sizes());
+  const at::Tensor counts = counts_in.to(at::kInt).contiguous();
+  const at::Tensor words = plan.to(at::kInt).contiguous();
+  const Topology topo =
+      Topology::make(static_cast<int>(counts.size(0)), static_cast<int>(counts.size(1)),
+                     static_cast<int>(num_slots));
+  const Plan decoded =
+      plan_from_words(GpuPlanLayout::make(topo),
+                      std::span<const int32_t>(words.data_ptr<int32_t>(), words.numel()));
+  return validate_plan(topo, count_matrix(counts, 0), decoded);
 }
 
 // [total words, loads, broadcasts, quotas, expert_broadcast, supply_begin, demand_end,
@@ -329,6 +349,7 @@ TORCH_LIBRARY(iser, m) {
   m.def(
       "rewrite_reference(Tensor plan, Tensor counts, Tensor topk_ids, int rank, int num_slots, "
       "str policy='halo-q') -> Tensor");
+  m.def("validate_plan(Tensor plan, Tensor counts, int num_slots) -> str[]");
   m.def("plan_layout(int num_ranks, int num_experts, int num_slots) -> int[]", &plan_layout);
 }
 
@@ -342,6 +363,7 @@ TORCH_LIBRARY_IMPL(iser, CUDA, m) {
 TORCH_LIBRARY_IMPL(iser, CPU, m) {
   m.impl("plan_reference", &plan_reference);
   m.impl("rewrite_reference", &rewrite_reference);
+  m.impl("validate_plan", &validate_plan_words);
 }
 
 }  // namespace iser::torch_ops

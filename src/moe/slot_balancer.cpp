@@ -101,15 +101,17 @@ struct SlotBalancer::Impl {
   int num_local = 1;
   int max_ops = 0;
   cudaStream_t copy = nullptr;
-  DeviceBuffer count_rows;  // [num_local][E]
-  DeviceBuffer matrix;      // [num_local][P][E]
-  DeviceBuffer plan;        // [plan words]
-  DeviceBuffer ops;         // [max_ops] CopyOp
-  DeviceBuffer num_ops;     // one word
-  DeviceBuffer slot_expert; // [num_local][P * S]
-  DeviceBuffer fallback;    // [num_local] uint32
+  DeviceBuffer count_rows;                        // [num_local][E]
+  DeviceBuffer matrix;                            // [num_local][P][E]
+  DeviceBuffer plan;                              // [plan words]
+  DeviceBuffer ops;                               // [max_ops] CopyOp
+  DeviceBuffer num_ops;                           // one word
+  DeviceBuffer slot_expert;                       // [num_local][P * S]
+  DeviceBuffer fallback;                          // [num_local] uint32
   std::vector<cuda::GraphFallbackParams> refill;  // per local rank
   OrderEvent start, plan_ready, gate_done;
+  int fault_rank = -1;
+  cudaStream_t fault_stream = nullptr;
   Phase phase = Phase::kIdle;
   uint64_t ready_failures = 0;
   std::string last_failure;
@@ -156,8 +158,8 @@ void SlotBalancer::Impl::set_up(const SlotBalancerConfig& cfg, std::unique_ptr<R
     cuda::GraphFallbackParams& f = refill[i];
     f.ops = ops.get<CopyOp>();
     f.max_ops = max_ops;
-    f.slot_expert = slot_expert.get<int32_t>() + static_cast<size_t>(i) * cfg.num_ranks *
-                                                     cfg.num_slots;
+    f.slot_expert =
+        slot_expert.get<int32_t>() + static_cast<size_t>(i) * cfg.num_ranks * cfg.num_slots;
     f.rank = runtime->first_rank() + i;
     f.num_ranks = cfg.num_ranks;
     f.num_slots = cfg.num_slots;
@@ -212,24 +214,44 @@ SlotBalancer::~SlotBalancer() {
   if (impl_ != nullptr && impl_->copy != nullptr) cudaStreamSynchronize(impl_->copy);
 }
 
-const SlotBalancerConfig& SlotBalancer::config() const { return impl_->config; }
-Runtime& SlotBalancer::runtime() const { return *impl_->runtime; }
-int SlotBalancer::num_local_ranks() const { return impl_->num_local; }
-int SlotBalancer::first_rank() const { return impl_->runtime->first_rank(); }
+const SlotBalancerConfig& SlotBalancer::config() const {
+  return impl_->config;
+}
+Runtime& SlotBalancer::runtime() const {
+  return *impl_->runtime;
+}
+int SlotBalancer::num_local_ranks() const {
+  return impl_->num_local;
+}
+int SlotBalancer::first_rank() const {
+  return impl_->runtime->first_rank();
+}
 void* SlotBalancer::slots(int local_idx) const {
   return impl_->runtime->home_bundle(local_idx, 0, 0);
 }
-int64_t SlotBalancer::slot_stride() const { return impl_->runtime->config().bundle.slot_stride(); }
+int64_t SlotBalancer::slot_stride() const {
+  return impl_->runtime->config().bundle.slot_stride();
+}
 int64_t SlotBalancer::field_offset(int field) const {
   ISER_CHECK(field >= 0 && field < static_cast<int>(impl_->offsets.size()),
              "slot balancer: field {} not in [0, {})", field, impl_->offsets.size());
   return impl_->offsets[field];
 }
-int64_t SlotBalancer::region_bytes() const { return impl_->runtime->region_bytes(); }
-StreamHandle SlotBalancer::copy_stream() const { return impl_->copy; }
-const int32_t* SlotBalancer::plan() const { return impl_->plan.get<int32_t>(); }
-const GpuPlanLayout& SlotBalancer::plan_layout() const { return impl_->planner->layout(); }
-const int32_t* SlotBalancer::count_matrix() const { return impl_->matrix.get<int32_t>(); }
+int64_t SlotBalancer::region_bytes() const {
+  return impl_->runtime->region_bytes();
+}
+StreamHandle SlotBalancer::copy_stream() const {
+  return impl_->copy;
+}
+const int32_t* SlotBalancer::plan() const {
+  return impl_->plan.get<int32_t>();
+}
+const GpuPlanLayout& SlotBalancer::plan_layout() const {
+  return impl_->planner->layout();
+}
+const int32_t* SlotBalancer::count_matrix() const {
+  return impl_->matrix.get<int32_t>();
+}
 
 void SlotBalancer::Impl::finish_previous(cudaStream_t stream) {
   // The previous invocation's helper bank is free once the caller's work before this point is
@@ -242,7 +264,9 @@ void SlotBalancer::Impl::finish_previous(cudaStream_t stream) {
   phase = Phase::kIdle;
 }
 
-void SlotBalancer::release(StreamHandle stream) { impl_->finish_previous(stream); }
+void SlotBalancer::release(StreamHandle stream) {
+  impl_->finish_previous(stream);
+}
 
 void SlotBalancer::route(const int32_t* topk_ids, int num_tokens, int top_k, int32_t* slot_ids,
                          StreamHandle stream) {
@@ -288,12 +312,35 @@ void SlotBalancer::replicate() {
   ISER_CHECK(s.phase == Phase::kRouted, "slot balancer: replicate() without a route() before it");
   // NOTE: max_ops entries, null ops past the plan's B: neither the replication nor the gate acts
   // on a null op (group_size 0).
-  s.runtime->replicate(s.ops.get<CopyOp>(), s.max_ops, 0, kDeviceGeneration, s.config.transport,
-                       s.copy, s.config.copy_sms);
+  const auto run = [&](int begin, int end, cudaStream_t stream) {
+    if (begin < end) {
+      s.runtime->replicate_ranks(begin, end, s.ops.get<CopyOp>(), s.max_ops, 0, kDeviceGeneration,
+                                 s.config.transport, stream, s.config.copy_sms);
+    }
+  };
+  if (s.fault_rank < 0) {
+    s.runtime->replicate(s.ops.get<CopyOp>(), s.max_ops, 0, kDeviceGeneration, s.config.transport,
+                         s.copy, s.config.copy_sms);
+  } else {
+    run(0, s.fault_rank, s.copy);
+    run(s.fault_rank + 1, s.num_local, s.copy);
+    s.plan_ready.wait(s.fault_stream);
+    run(s.fault_rank, s.fault_rank + 1, s.fault_stream);
+  }
   s.runtime->ready_gate(s.ops.get<CopyOp>(), s.max_ops, kDeviceGeneration,
                         s.slot_expert.get<int32_t>(), s.copy, s.config.transport);
   s.gate_done.record(s.copy);
   s.phase = Phase::kReplicated;
+}
+
+void SlotBalancer::set_fault_stream(int local_idx, StreamHandle stream) {
+  Impl& s = *impl_;
+  ISER_CHECK(local_idx < 0 || (s.num_local > 1 && local_idx < s.num_local && stream != nullptr),
+             "slot balancer: fault stream for local rank {} needs logical mode, a rank in [0, {}) "
+             "and a stream",
+             local_idx, s.num_local);
+  s.fault_rank = local_idx < 0 ? -1 : local_idx;
+  s.fault_stream = local_idx < 0 ? nullptr : stream;
 }
 
 void SlotBalancer::ready(StreamHandle stream) {
@@ -309,11 +356,11 @@ SlotBalancerStats SlotBalancer::stats() {
   ISER_CUDA_CHECK(cudaDeviceSynchronize());
   SlotBalancerStats out;
   std::vector<uint32_t> fallback(s.num_local, 0);
-  ISER_CUDA_CHECK(cudaMemcpy(fallback.data(), s.fallback.get(), s.fallback.bytes(),
-                             cudaMemcpyDeviceToHost));
+  ISER_CUDA_CHECK(
+      cudaMemcpy(fallback.data(), s.fallback.get(), s.fallback.bytes(), cudaMemcpyDeviceToHost));
   for (const uint32_t n : fallback) out.fallback_slots += n;
-  ISER_CUDA_CHECK(cudaMemcpy(&out.num_ops, s.num_ops.get(), sizeof(int32_t),
-                             cudaMemcpyDeviceToHost));
+  ISER_CUDA_CHECK(
+      cudaMemcpy(&out.num_ops, s.num_ops.get(), sizeof(int32_t), cudaMemcpyDeviceToHost));
   out.plan_status = download_plan_status(s.plan.get<int32_t>());
   out.planner_errors = s.planner->read_errors();
   s.planner->clear_errors(nullptr);

@@ -175,6 +175,14 @@ class SlotBalancer:
         ``balance()`` does it itself; call this before dropping the balancer mid-forward)."""
         self._c.release()
 
+    def set_fault_stream(self, local_rank: int, stream: torch.cuda.Stream | None) -> None:
+        """Fault injection (tests, logical mode): local rank ``local_rank`` replicates on
+        ``stream`` (work queued there first delays its copy and READY); None restores."""
+        if stream is None:
+            self._c.set_fault_stream(-1, 0)
+        else:
+            self._c.set_fault_stream(local_rank, stream.cuda_stream)
+
     def plan(self) -> torch.Tensor:
         """The last plan's words (a copy; synchronise the copy stream's work first)."""
         return self._c.plan().clone()
