@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import functools
 import glob
 import os
 from pathlib import Path
@@ -43,9 +44,18 @@ def load_library() -> str:
     return _loaded_from
 
 
+@functools.lru_cache(maxsize=None)
+def _plan_words(num_ranks: int, num_experts: int, num_slots: int) -> int:
+    # Host arithmetic; fake kernels call it under FakeTensorMode, which must not see it.
+    from torch._subclasses.fake_tensor import unset_fake_temporarily
+
+    with unset_fake_temporarily():
+        return int(torch.ops.iser.plan_layout(num_ranks, num_experts, num_slots)[0])
+
+
 def _register_fakes() -> None:
-    def words(num_ranks: int, num_experts: int, num_slots: int) -> int:
-        return int(torch.ops.iser.plan_layout(int(num_ranks), int(num_experts), int(num_slots))[0])
+    def words(num_ranks, num_experts, num_slots) -> int:
+        return _plan_words(int(num_ranks), int(num_experts), int(num_slots))
 
     @torch.library.register_fake("iser::count")
     def _count_fake(topk_ids, num_experts):
