@@ -386,6 +386,12 @@ SlotBalancerStats SlotBalancer::stats() {
   if (failed) s.runtime->clear_status();
   out.ready_failures = s.ready_failures;
   out.last_failure = s.last_failure;
+  // NOTE: a refused copy list means a plan broadcast outside the topology, which the planner
+  // never makes (its plans equal the CPU planner's); the helper routes of that invocation had no
+  // replica, so this is reported as an error, not a fallback.
+  ISER_CHECK(out.num_ops >= 0,
+             "slot balancer: the last plan's copy list was refused (a broadcast outside the "
+             "topology: internal error)");
   const uint32_t fatal = out.planner_errors & ~static_cast<uint32_t>(kGpuPlanNotOk);
   ISER_CHECK(fatal == 0, "slot balancer: GPU planner: {} (an expert id outside [-1, E)?)",
              describe_gpu_status(fatal));
