@@ -134,11 +134,11 @@ class SlotBalancer:
         return s if self.logical else s[0]
 
     def home_slot_ids(self, topk_ids: torch.Tensor) -> torch.Tensor:
-        """Global home slot of each expert id (-1 stays -1): balancing off."""
-        ids = topk_ids.to(torch.int32)
-        h = self.experts_per_rank
-        home = torch.div(ids, h, rounding_mode="floor") * self.slots_per_rank + ids % h
-        return torch.where(ids >= 0, home, torch.full_like(ids, -1))
+        """Global home slot of each expert id (-1 stays -1): balancing off. Expert e's home slot
+        is (e // H) * (H + S) + e % H = e + (e // H) * S."""
+        ids = topk_ids if topk_ids.dtype == torch.int32 else topk_ids.to(torch.int32)
+        home = ids + torch.div(ids, self.experts_per_rank, rounding_mode="floor") * self.num_slots
+        return torch.where(ids >= 0, home, -1)
 
     def balance(self, topk_ids: torch.Tensor, enabled: bool = True) -> torch.Tensor:
         """Slot ids for ``topk_ids`` (logical: ``[P, T, k]``; else ``[T, k]``), int32, same shape.
