@@ -130,7 +130,9 @@ at::Tensor plan_cuda(const at::Tensor& counts_in, int64_t num_slots, c10::string
   const int64_t num_plans = counts.numel() / (int64_t{P} * E);
   std::vector<int64_t> shape(counts.sizes().begin(), counts.sizes().end() - 2);
   shape.push_back(planner.plan_words());
-  at::Tensor plans = at::empty(shape, counts.options());
+  // Zeroed: the kernel writes the meaningful words only (unused broadcast rows stay as they
+  // are), and equal inputs should give equal tensors.
+  at::Tensor plans = at::zeros(shape, counts.options());
   if (num_plans > 0) {
     planner.plan(counts.data_ptr<int32_t>(), plans.data_ptr<int32_t>(),
                  at::cuda::getCurrentCUDAStream().stream(), static_cast<int>(num_plans));
@@ -186,7 +188,7 @@ std::tuple<at::Tensor, at::Tensor> plan_rewrite_cuda(const at::Tensor& counts_in
   GpuPlanner& planner = rewrite_planner(counts_in, topk_ids, rank, num_slots, policy);
   const at::Tensor counts = as_int32(counts_in);
   const at::Tensor ids = as_int32(topk_ids);
-  at::Tensor plan = at::empty({planner.plan_words()}, counts.options());
+  at::Tensor plan = at::zeros({planner.plan_words()}, counts.options());  // as plan_cuda
   at::Tensor slot_ids = at::empty_like(ids);
   const int tokens = static_cast<int>(ids.size(0));
   const int top_k = static_cast<int>(ids.size(1));
