@@ -12,6 +12,12 @@ void check_cuda(cudaError_t status, const char* what);
 // Throws iser::Error("<what>: <value> outside [lo, hi]") unless lo <= value <= hi.
 void check_range(long long value, long long lo, long long hi, const char* what);
 
+// cudaFuncSetAttribute(kernel, cudaFuncAttributeMaxDynamicSharedMemorySize, bytes) on the
+// current device, but never lowering what an earlier call set: the attribute belongs to the
+// kernel, not to the object that sets it, so two planners of different shapes in one process
+// would otherwise leave the larger one's launches beyond the limit (cudaErrorInvalidValue).
+cudaError_t raise_dynamic_smem_limit(const void* kernel, int bytes);
+
 }  // namespace iser::cuda
 
 // After a kernel launch: reports launch-configuration errors (asynchronous faults surface later).

@@ -1,6 +1,7 @@
 // Launch unit of the HALO-Q planner kernel.
 #include <cuda_runtime.h>
 
+#include "cuda/launch_check.h"
 #include "cuda/plan.cuh"
 
 namespace iser::cuda {
@@ -10,11 +11,11 @@ int plan_smem_bytes(const PlanParams& params) {
 }
 
 int prepare_plan_kernel(int smem_bytes) {
-  const cudaError_t e = cudaFuncSetAttribute(
-      plan_kernel<false>, cudaFuncAttributeMaxDynamicSharedMemorySize, smem_bytes);
+  const cudaError_t e =
+      raise_dynamic_smem_limit(reinterpret_cast<const void*>(plan_kernel<false>), smem_bytes);
   if (e != cudaSuccess) return static_cast<int>(e);
-  return static_cast<int>(cudaFuncSetAttribute(
-      plan_kernel<true>, cudaFuncAttributeMaxDynamicSharedMemorySize, smem_bytes));
+  return static_cast<int>(
+      raise_dynamic_smem_limit(reinterpret_cast<const void*>(plan_kernel<true>), smem_bytes));
 }
 
 int launch_plan(const PlanParams& params, CUstream_st* stream) {

@@ -3,6 +3,7 @@
 
 #include <algorithm>
 
+#include "cuda/launch_check.h"
 #include "cuda/plan_rewrite.cuh"
 
 namespace iser::cuda {
@@ -17,8 +18,8 @@ int plan_rewrite_smem_bytes(const PlanRewriteParams& params) {
 
 int prepare_plan_rewrite_kernel(int smem_bytes, int* max_ctas) {
   *max_ctas = 0;
-  cudaError_t e = cudaFuncSetAttribute(plan_rewrite_kernel,
-                                       cudaFuncAttributeMaxDynamicSharedMemorySize, smem_bytes);
+  cudaError_t e =
+      raise_dynamic_smem_limit(reinterpret_cast<const void*>(plan_rewrite_kernel), smem_bytes);
   if (e != cudaSuccess) return static_cast<int>(e);
   int device = 0;
   int sms = 0;

@@ -1,6 +1,7 @@
 // Launch unit of the route-rewrite kernel.
 #include <cuda_runtime.h>
 
+#include "cuda/launch_check.h"
 #include "cuda/rewrite.cuh"
 
 namespace iser::cuda {
@@ -12,8 +13,8 @@ int rewrite_smem_bytes(const RewriteParams& params) {
 }
 
 int prepare_rewrite_kernel(int smem_bytes) {
-  return static_cast<int>(cudaFuncSetAttribute(
-      rewrite_kernel, cudaFuncAttributeMaxDynamicSharedMemorySize, smem_bytes));
+  return static_cast<int>(
+      raise_dynamic_smem_limit(reinterpret_cast<const void*>(rewrite_kernel), smem_bytes));
 }
 
 int launch_rewrite(const RewriteParams& params, CUstream_st* stream) {
