@@ -1,6 +1,6 @@
-// Slot balancer (DESIGN §9, §12): the per-invocation half of ISER-MoE for an engine's own EP MoE
-// layer, behind the TensorRT-LLM slot contract (num_slots = P * (H + S)). The layer keeps its
-// routed experts' weights in the balancer's slots (home experts then helper slots, in iser's
+// Slot balancer (docs/design.md §9, §12): the per-invocation half of ISER-MoE for an engine's own
+// EP MoE layer, behind the TensorRT-LLM slot contract (num_slots = P * (H + S)). The layer keeps
+// its routed experts' weights in the balancer's slots (home experts then helper slots, in iser's
 // symmetric memory) and asks, per forward, for the slot of every route:
 //
 //   route(topk_ids, slot_ids, stream)   COPY: count -> count exchange -> GPU plan + rewrite ->
