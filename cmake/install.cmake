@@ -42,8 +42,7 @@ install(FILES ${iser_public_headers} DESTINATION ${CMAKE_INSTALL_INCLUDEDIR}/ise
 
 install(TARGETS ${iser_export_targets} EXPORT iserTargets
         ARCHIVE DESTINATION ${CMAKE_INSTALL_LIBDIR}
-        LIBRARY DESTINATION ${CMAKE_INSTALL_LIBDIR}
-        INCLUDES DESTINATION ${CMAKE_INSTALL_INCLUDEDIR})
+        LIBRARY DESTINATION ${CMAKE_INSTALL_LIBDIR})
 install(TARGETS iser RUNTIME DESTINATION ${CMAKE_INSTALL_BINDIR})
 # bundled_default_trace() finds <prefix>/share/iser/data from <prefix>/bin/iser.
 install(DIRECTORY ${PROJECT_SOURCE_DIR}/data/ DESTINATION ${CMAKE_INSTALL_DATADIR}/iser/data)
@@ -51,7 +50,8 @@ install(DIRECTORY ${PROJECT_SOURCE_DIR}/data/ DESTINATION ${CMAKE_INSTALL_DATADI
 install(EXPORT iserTargets NAMESPACE iser:: DESTINATION ${ISER_INSTALL_CMAKEDIR})
 configure_package_config_file(${PROJECT_SOURCE_DIR}/cmake/iserConfig.cmake.in
                               ${PROJECT_BINARY_DIR}/iserConfig.cmake
-                              INSTALL_DESTINATION ${ISER_INSTALL_CMAKEDIR})
+                              INSTALL_DESTINATION ${ISER_INSTALL_CMAKEDIR}
+                              PATH_VARS CMAKE_INSTALL_DATADIR)
 write_basic_package_version_file(${PROJECT_BINARY_DIR}/iserConfigVersion.cmake
                                  COMPATIBILITY SameMinorVersion)
 install(FILES ${PROJECT_BINARY_DIR}/iserConfig.cmake ${PROJECT_BINARY_DIR}/iserConfigVersion.cmake
