@@ -112,6 +112,8 @@ std::string dtype_name(nb::dlpack::dtype dtype) {
     case Code::Bool:
       kind = "bool";
       break;
+    default:  // newer DLPack codes (float8, ...): none is a count or a weight
+      break;
   }
   return fmt::format("{}{}", kind, dtype.bits);
 }
@@ -130,9 +132,9 @@ void check_ndim(const AnyArray& a, size_t ndim, std::string_view name, std::stri
 namespace {
 
 template <class Int>
-std::vector<Int> read_integers(const AnyArray& a, std::string_view name) {
+void read_integers(const AnyArray& a, std::string_view name, std::span<Int> out) {
   const size_t n = a.size();
-  std::vector<Int> out(n);
+  ISER_CHECK(out.size() == n, "{}: {} elements, expected {}", name, n, out.size());
   const auto code = static_cast<nb::dlpack::dtype_code>(a.dtype().code);
   ISER_CHECK(code == nb::dlpack::dtype_code::Int || code == nb::dlpack::dtype_code::UInt,
              "{}: dtype {} is not an integer type (expected int32 or int64)", name,
@@ -140,7 +142,7 @@ std::vector<Int> read_integers(const AnyArray& a, std::string_view name) {
   const bool row_major = is_row_major(a);
   if (a.dtype() == nb::dtype<Int>() && row_major) {
     if (n > 0) std::memcpy(out.data(), a.data(), n * sizeof(Int));
-    return out;
+    return;
   }
   visit_real(a, name, [&](const auto* data) {
     using T = std::remove_cvref_t<decltype(*data)>;
@@ -153,17 +155,24 @@ std::vector<Int> read_integers(const AnyArray& a, std::string_view name) {
       }
     }
   });
-  return out;
 }
 
 }  // namespace
 
+void read_int32(const AnyArray& a, std::string_view name, std::span<int32_t> out) {
+  read_integers<int32_t>(a, name, out);
+}
+
 std::vector<int32_t> read_int32(const AnyArray& a, std::string_view name) {
-  return read_integers<int32_t>(a, name);
+  std::vector<int32_t> out(a.size());
+  read_integers<int32_t>(a, name, std::span<int32_t>(out));
+  return out;
 }
 
 std::vector<int64_t> read_int64(const AnyArray& a, std::string_view name) {
-  return read_integers<int64_t>(a, name);
+  std::vector<int64_t> out(a.size());
+  read_integers<int64_t>(a, name, std::span<int64_t>(out));
+  return out;
 }
 
 std::vector<double> read_double(const AnyArray& a, std::string_view name) {

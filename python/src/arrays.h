@@ -9,6 +9,7 @@
 #include <cstdint>
 #include <initializer_list>
 #include <limits>
+#include <span>
 #include <string>
 #include <string_view>
 #include <vector>
@@ -34,6 +35,8 @@ void check_ndim(const AnyArray& a, size_t ndim, std::string_view name, std::stri
 // The elements of an int32/int64 array (other integer widths too) as int32, row-major. Values
 // outside int32 throw naming the index; floats, bools and complex throw naming the dtype.
 std::vector<int32_t> read_int32(const AnyArray& a, std::string_view name);
+// The same into `out`, which must hold a.size() elements (no allocation).
+void read_int32(const AnyArray& a, std::string_view name, std::span<int32_t> out);
 
 // The elements of an integer array as int64, row-major (uint64 values past int64 throw).
 std::vector<int64_t> read_int64(const AnyArray& a, std::string_view name);

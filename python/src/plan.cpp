@@ -42,10 +42,16 @@ CountMatrix counts_from_array(const AnyArray& a) {
   ISER_CHECK(E >= 1 && E <= kMaxExperts, "counts: num_experts = {} out of range [1, {}]", E,
              kMaxExperts);
   CountMatrix counts(static_cast<int>(P), static_cast<int>(E));
-  const std::vector<int32_t> values = read_int32(a, "counts");
-  std::copy(values.begin(), values.end(), counts.data().begin());
-  for (size_t i = 0; i < values.size(); ++i) {
-    ISER_CHECK(values[i] >= 0, "counts[{}][{}] = {} is negative", i / E, i % E, values[i]);
+  const auto values = counts.data();
+  read_int32(a, "counts", values);
+  // One vectorisable pass; the slow search for the offending entry only on failure.
+  int32_t smallest = 0;
+  for (const int32_t v : values) smallest = std::min(smallest, v);
+  if (smallest < 0) {
+    const size_t i = static_cast<size_t>(
+        std::find_if(values.begin(), values.end(), [](int32_t v) { return v < 0; }) -
+        values.begin());
+    throw Error(fmt::format("counts[{}][{}] = {} is negative", i / E, i % E, values[i]));
   }
   return counts;
 }
