@@ -190,8 +190,9 @@ std::unique_ptr<RoutingSource> make_drift(const DriftOptions& options);
 // The bundled topics of DeepSeek-V4.1-Flash: coding, cpp, medical (data/README.md).
 std::vector<std::filesystem::path> bundled_drift_topics();
 
-// The bundled real data set (DeepSeek-V4.1-Flash coding histograms): $ISER_DATA_DIR when set
-// (so an installed or relocated binary finds it), else the source tree's data/ directory.
+// The bundled real data set (DeepSeek-V4.1-Flash coding histograms): $ISER_DATA_DIR when set,
+// else the copy installed beside the binary holding this code (`<prefix>/share/iser/data` for
+// `<prefix>/bin/iser`, `iser/data` in the Python package), else the source tree's data/ directory.
 std::filesystem::path bundled_default_trace();
 
 // Whole-set rank imbalance max/mean of one layer histogram at P ranks with contiguous home

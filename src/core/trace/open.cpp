@@ -1,4 +1,6 @@
 // Format detection and the entry points that read files (docs/design.md §8).
+#include <dlfcn.h>
+
 #include <cstdlib>
 #include <cstring>
 
@@ -27,12 +29,38 @@ constexpr std::string_view kBundledTopics[] = {"dsv41-flash-coding.safetensors",
 
 // A bundled data file: in $ISER_DATA_DIR when set (an installed or relocated binary), else in
 // the source tree's data/ directory.
+// Folders where an installed copy keeps the bundled data, beside the binary that holds this code:
+// `<prefix>/bin/iser` -> `<prefix>/share/iser/data` (cmake --install), `iser/bin/iser` and the
+// Python module `iser/_core*.so` -> `iser/data` (the Python package).
+std::vector<std::filesystem::path> installed_data_dirs() {
+  std::vector<std::filesystem::path> binaries;
+  std::error_code ec;
+  if (auto exe = std::filesystem::read_symlink("/proc/self/exe", ec); !ec) binaries.push_back(exe);
+  Dl_info info{};
+  if (dladdr(reinterpret_cast<const void*>(&installed_data_dirs), &info) != 0 &&
+      info.dli_fname != nullptr && std::strchr(info.dli_fname, '/') != nullptr) {
+    binaries.emplace_back(info.dli_fname);
+  }
+  std::vector<std::filesystem::path> dirs;
+  for (const auto& binary : binaries) {
+    const auto dir = binary.parent_path();
+    dirs.push_back(dir / "data");
+    dirs.push_back(dir.parent_path() / "data");
+    dirs.push_back(dir.parent_path() / "share" / "iser" / "data");
+  }
+  return dirs;
+}
+
 std::filesystem::path bundled_file(std::string_view file) {
   if (const char* env = std::getenv("ISER_DATA_DIR"); env != nullptr && *env != '\0') {
     auto p = std::filesystem::path(env) / file;
     ISER_CHECK(std::filesystem::exists(p), "{}: bundled data not found (ISER_DATA_DIR = {})",
                p.string(), env);
     return p;
+  }
+  std::error_code ec;
+  for (const auto& dir : installed_data_dirs()) {
+    if (std::filesystem::exists(dir / file, ec)) return dir / file;
   }
   auto p = std::filesystem::path(ISER_DATA_DIR) / file;
   ISER_CHECK(std::filesystem::exists(p),
