@@ -20,6 +20,23 @@ def cli_path() -> str:
     return str(path)
 
 
+def flag_args(flags: dict[str, Any]) -> list[str]:
+    """Keyword arguments -> CLI flags: ``tokens_per_rank=8192`` -> ``--tokens-per-rank 8192``,
+    ``True`` -> the bare flag, ``None`` / ``False`` -> nothing, lists -> comma-separated values."""
+    args: list[str] = []
+    for key, value in flags.items():
+        if value is None or value is False:
+            continue
+        flag = "--" + key.replace("_", "-")
+        if value is True:
+            args.append(flag)
+        elif isinstance(value, (list, tuple)):
+            args += [flag, ",".join(str(v) for v in value)]
+        else:
+            args += [flag, os.fspath(value) if isinstance(value, os.PathLike) else str(value)]
+    return args
+
+
 def run_cli_json(args: Sequence[str]) -> Any:
     """Runs the bundled CLI with ``args`` (which ask for JSON on stdout) and parses its output;
     a failing command raises iser.Error with the CLI's message."""

@@ -68,14 +68,6 @@ def counts_from_topk(topk_ids: ArrayLike, *, num_ranks: int,
     """Count matrix [P, E] of one invocation: rank r's tokens are rows
     [r*tau, (r+1)*tau) of ``topk_ids[P*tau, top_k]`` (-1 = none)."""
 
-def replay(*, trace: str, synthetic: str, ep: Optional[Sequence[int]],
-           tokens_per_rank: Optional[int], slots: Optional[int], g_min: Optional[int],
-           policies: Sequence[str], layers: Sequence[int], iterations: Optional[int], seed: int,
-           min_move: int, eplb_window: int, validate: bool, threads: int,
-           num_experts: Optional[int], top_k: Optional[int], num_layers: Optional[int],
-           alpha: Optional[float], rank_imbalance: Optional[float],
-           imbalance_ep: Optional[int], category: str, skip_rows: int,
-           skip_profile_rows: bool, project_hw: str) -> dict[str, Any]: ...
 def eplb(weight: ArrayLike, num_replicas: int, num_groups: int, num_nodes: int,
          num_gpus: int) -> tuple[npt.NDArray[np.int64], npt.NDArray[np.int64],
                                  npt.NDArray[np.int64]]: ...

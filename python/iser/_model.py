@@ -5,25 +5,10 @@ from __future__ import annotations
 
 from typing import Any
 
-from ._cli import run_cli_json
+from ._cli import flag_args, run_cli_json
 from ._core import Error
 
 _COMMANDS = ("overlap", "broadcast", "project")
-
-
-def _flag_args(flags: dict[str, Any]) -> list[str]:
-    args: list[str] = []
-    for key, value in flags.items():
-        if value is None or value is False:
-            continue
-        flag = "--" + key.replace("_", "-")
-        if value is True:
-            args.append(flag)
-        elif isinstance(value, (list, tuple)):
-            args += [flag, ",".join(str(v) for v in value)]
-        else:
-            args += [flag, str(value)]
-    return args
 
 
 def model(command: str, **flags: Any) -> Any:
@@ -40,4 +25,4 @@ def model(command: str, **flags: Any) -> Any:
         raise Error(f"unknown model '{command}' (expected one of {', '.join(_COMMANDS)})")
     if "json" in flags:
         raise Error("'json' is implied: iser.model always returns the JSON result")
-    return run_cli_json(["model", command, *_flag_args(flags), "--json"])
+    return run_cli_json(["model", command, *flag_args(flags), "--json"])

@@ -7,6 +7,6 @@ namespace iser::python {
 
 void bind_plan(nanobind::module_& m);    // plan.cpp: Plan, plan, rewrite, counts_from_topk
 void bind_traces(nanobind::module_& m);  // traces.cpp: read_trace, write_trace, convert
-void bind_replay(nanobind::module_& m);  // replay.cpp: replay, eplb, policies
+void bind_eplb(nanobind::module_& m);    // eplb.cpp: eplb, policies, bundled_trace
 
 }  // namespace iser::python

@@ -13,5 +13,5 @@ NB_MODULE(_core, m) {
   nb::exception<iser::Error>(m, "Error", PyExc_ValueError);
   iser::python::bind_plan(m);
   iser::python::bind_traces(m);
-  iser::python::bind_replay(m);
+  iser::python::bind_eplb(m);
 }

@@ -15,17 +15,26 @@ def cli_replay(cli, tmp_path, *flags):
     return json.loads(out.read_text())
 
 
-def test_bundled_trace_equals_cli(cli, tmp_path):
-    """No trace: the bundled DeepSeek-V4.1-Flash histograms, like the CLI's default."""
-    kwargs = dict(ep=[8, 16], slots=3, tokens_per_rank=2048, iterations=1,
-                  policies=["none", "halo-q", "iser", "eplb", "p2p"], seed=5)
-    expected = cli_replay(cli, tmp_path, "--ep", "8,16", "--slots", 3, "--tokens-per-rank", 2048,
-                          "--iterations", 1, "--policies", "none,halo-q,iser,eplb,p2p",
-                          "--seed", 5)
+def test_default_source_equals_cli(cli, tmp_path):
+    """No trace: the CLI's default source (real drift over the bundled topics)."""
+    kwargs = dict(ep=[8, 16], slots=3, tokens_per_rank=1024, iterations=1, warmup=1,
+                  layers=[3, 19], policies=["none", "halo-q", "iser", "eplb", "p2p"], seed=5)
+    expected = cli_replay(cli, tmp_path, "--ep", "8,16", "--slots", 3, "--tokens-per-rank", 1024,
+                          "--iterations", 1, "--warmup", 1, "--layers", "3,19",
+                          "--policies", "none,halo-q,iser,eplb,p2p", "--seed", 5)
     result = iser.replay(**kwargs)
     assert result["results"] == expected["results"]
     assert result == expected
     assert [r["ep"] for r in result["results"]] == [8] * 5 + [16] * 5
+
+
+def test_bundled_trace_equals_cli(cli, tmp_path):
+    """The bundled DeepSeek-V4.1-Flash coding histograms, by path."""
+    expected = cli_replay(cli, tmp_path, "--trace", iser.bundled_trace(), "--ep", 8,
+                          "--layers", 3, "--iterations", 1, "--tokens-per-rank", 512,
+                          "--policies", "none,eplb-oracle,halo-q")
+    assert iser.replay(iser.bundled_trace(), ep=[8], layers=[3], iterations=1,
+                       tokens_per_rank=512, policies="none,eplb-oracle,halo-q") == expected
 
 
 def test_synthetic_and_layers_equal_cli(cli, tmp_path):
@@ -80,8 +89,10 @@ def test_releases_the_gil():
 def test_bad_arguments_raise():
     with pytest.raises(iser.Error, match="unknown policy|policy"):
         iser.replay(synthetic="mixed", ep=[8], policies=["nope"], tokens_per_rank=64)
-    with pytest.raises(iser.Error, match="slots = 99 out of range"):
-        iser.replay(slots=99)
+    with pytest.raises(iser.Error, match="--slots"):
+        iser.replay(slots=-1)
+    with pytest.raises(iser.Error, match="implied"):
+        iser.replay(json="x.json")
     with pytest.raises(iser.Error, match="exclusive"):
         iser.replay("x.safetensors", synthetic="mixed")
     with pytest.raises(iser.Error, match="bad --layers"):
