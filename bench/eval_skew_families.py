@@ -28,12 +28,17 @@ def replay(args, family, slots):
                "--slots", str(slots), "--policies", args.policies, "--layers", args.layers,
                "--iterations", iterations, "--bound", str(args.bound_seconds), "--threads",
                str(args.threads), "--validate", "-q", "--json", out_json]
-        text = subprocess.run(cmd, check=True, capture_output=True, text=True).stdout
+        run = subprocess.run(cmd, capture_output=True, text=True)
+        if run.returncode != 0:
+            sys.exit(f"{' '.join(cmd)} failed:\n{run.stderr}")
+        text = run.stdout
         with open(out_json) as f:
             results = json.load(f)["results"]
     bounds = {}
-    for m in re.finditer(r"^EP(\d+): bound R ([0-9.]+) \((\d+) of (\d+)", text, re.M):
-        bounds[int(m.group(1))] = (float(m.group(2)), int(m.group(3)), int(m.group(4)))
+    pattern = r"^EP(\d+): bound R ([0-9.]+) \((\d+) of (\d+) .*?, (\d+) with"
+    for m in re.finditer(pattern, text, re.M):
+        bounds[int(m.group(1))] = (float(m.group(2)), int(m.group(3)) + int(m.group(5)),
+                                   int(m.group(4)))
     return " ".join(cmd[:-2]), results, bounds
 
 
@@ -52,7 +57,7 @@ def main():
     p.add_argument("--threads", type=int, default=1)
     args = p.parse_args()
     policies = args.policies.split(",")
-    head = "| family | EP | S | R before | bound R (opt/n) | " + " | ".join(
+    head = "| family | EP | S | R before | bound R (solver/n) | " + " | ".join(
         f"{q} R / payloads / copies / gap" for q in policies) + " |"
     print(head)
     print("|" + "---|" * (head.count("|") - 1))

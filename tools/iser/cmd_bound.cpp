@@ -172,19 +172,23 @@ void print_bound_gaps(const RoutingSource& source, const ReplayResult& result, d
     const Topology topo =
         Topology::make(P, result.metadata.num_experts, config.num_slots, config.g_min);
     double sum_r = 0;
-    int64_t n = 0, optimal = 0;
+    int64_t n = 0, optimal = 0, solver_bound = 0;
     for (const int layer : result.layers) {
       for (int64_t it = 0; it < result.iterations_per_ep[i]; ++it) {
         const PlanBound b =
             plan_bound(topo, source.counts(layer, it, P, config.tokens_per_rank), options);
         sum_r += b.r_lower();
         optimal += b.method == BoundMethod::kIpOptimal ? 1 : 0;
+        solver_bound += b.method == BoundMethod::kIpBound ? 1 : 0;
         ++n;
       }
     }
     const double bound_r = n > 0 ? sum_r / static_cast<double>(n) : 1.0;
-    fmt::print(out, "EP{}: bound R {:.4f} ({} of {} invocations solved to optimality{})\n", P,
-               bound_r, optimal, n, bound_solver_available() ? "" : "; built without CBC");
+    fmt::print(out,
+               "EP{}: bound R {:.4f} ({} of {} invocations solved to optimality, {} with the "
+               "solver's dual bound, the rest combinatorial{})\n",
+               P, bound_r, optimal, n, solver_bound,
+               bound_solver_available() ? "" : "; built without CBC");
     for (const PolicySummary& s : result.results) {
       if (s.ep != P) continue;
       fmt::print(out, "  {:<16} R {:.4f}  gap {:+.4f}\n", s.policy, s.mean_r, s.mean_r - bound_r);

@@ -176,15 +176,23 @@ void solve_program(const Topology& topo, const std::vector<int64_t>& hist,
   // M is integral, so any plan within less than 1 of the dual bound is optimal.
   Cbc_setAllowableGap(model, 0.999);
   Cbc_solve(model);
-  ISER_CHECK(!Cbc_isProvenInfeasible(model),
-             "bound: internal error: the program is infeasible (the home placement is a solution)");
-  // NOTE: the dual bound is rounded up with a small tolerance for the solver's floating point.
-  const double dual = Cbc_getBestPossibleObjValue(model);
-  const auto lower = static_cast<int64_t>(std::ceil(dual - 1e-6));
-  out.lower = std::max(out.lower, lower);
-  if (Cbc_getColSolution(model) != nullptr && Cbc_numberSavedSolutions(model) > 0) {
+  // NOTE: a solver stopped by its time limit before the root relaxation was solved has no bound
+  // (and may even call the program infeasible, which it is not: the home placement is a point);
+  // the combinatorial bound then stands alone. A dual bound is trusted only after that solve.
+  const bool root_solved = Cbc_isInitialSolveProvenOptimal(model) != 0;
+  if (!root_solved) {
+    ISER_CHECK(Cbc_isSecondsLimitReached(model) || !Cbc_isProvenInfeasible(model),
+               "bound: internal error: the program is infeasible (the home placement is a "
+               "solution)");
+    return;
+  }
+  if (Cbc_numberSavedSolutions(model) > 0) {
     out.upper = static_cast<int64_t>(std::llround(Cbc_getObjValue(model)));
   }
+  // The dual bound is rounded up with a small tolerance for the solver's floating point.
+  const auto dual = static_cast<int64_t>(std::ceil(Cbc_getBestPossibleObjValue(model) - 1e-6));
+  const int64_t ceiling = out.upper ? *out.upper : max_home;
+  out.lower = std::clamp(dual, out.lower, std::max(out.lower, ceiling));
   const bool optimal = Cbc_isProvenOptimal(model) || (out.upper && *out.upper <= out.lower);
   out.method = optimal ? BoundMethod::kIpOptimal : BoundMethod::kIpBound;
   if (optimal && out.upper) out.lower = *out.upper;
