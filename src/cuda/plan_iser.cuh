@@ -1,6 +1,6 @@
 // The `iser` policy's placement on the GPU (issue 10), bit-exact with plan_iser of the CPU
-// (src/core/planner/iser.cpp) without a previous plan: up to six candidate placements, the best kept
-// (lowest max load; ties: fewer remote copies, then the earlier candidate):
+// (src/core/planner/iser.cpp) without a previous plan: up to six candidate placements, the best
+// kept (lowest max load; ties: fewer remote copies, then the earlier candidate):
 //   1. room-aware placement at water level T,
 //   2. HALO-Q's placement (absorb and owner_in_group off),
 //   3. for d = 256, 128, 64, 32 in turn (kIserSlackDivisorFinest ... Coarsest), only when the best
