@@ -84,12 +84,36 @@ void BM_RewriteFlows(benchmark::State& state) {
   }
 }
 
+// plan_iser under heavy skew with scarce slots (E = 256, top-8, alpha 1.2, S = 2), where its
+// slack candidates run: the policy's worst case for time.
+void BM_IserHeavy(benchmark::State& state) {
+  const int P = static_cast<int>(state.range(0));
+  const auto topo = Topology::make(P, 256, 2);
+  std::vector<CountMatrix> sets;
+  for (int i = 0; i < kMatrices; ++i) {
+    testing::ZipfOptions o;
+    o.num_ranks = P;
+    o.num_experts = 256;
+    o.alpha = 1.2;
+    o.seed = 1 + i;
+    sets.push_back(testing::zipf_counts(o));
+  }
+  PlannerWorkspace ws;
+  Plan plan;
+  size_t i = 0;
+  for (auto _ : state) {
+    plan_iser(topo, sets[i++ % sets.size()], {}, ws, plan);
+    benchmark::DoNotOptimize(plan.broadcasts.data());
+  }
+}
+
 void ep_degrees(benchmark::internal::Benchmark* b) {
   for (const int p : {8, 16, 32, 64}) b->Arg(p);
 }
 
 BENCHMARK_CAPTURE(BM_Planner, halo_q, &plan_halo_q)->Apply(ep_degrees)->Name("plan_halo_q");
 BENCHMARK_CAPTURE(BM_Planner, iser, &plan_iser)->Apply(ep_degrees)->Name("plan_iser");
+BENCHMARK(BM_IserHeavy)->Apply(ep_degrees)->Name("plan_iser_heavy_s2");
 BENCHMARK_CAPTURE(BM_Policy, none, "none")->Apply(ep_degrees)->Name("policy_none");
 BENCHMARK_CAPTURE(BM_Policy, halo_q, "halo-q")->Apply(ep_degrees)->Name("policy_halo_q");
 BENCHMARK(BM_RewriteFlows)->Apply(ep_degrees)->Name("rewrite_flows");

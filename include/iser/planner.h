@@ -107,6 +107,10 @@ Plan plan_halo_q(const Topology& topo, const CountMatrix& counts, const HaloQOpt
 // options.absorb / owner_in_group are ignored; min_move and previous apply as in HALO-Q.
 void place_iser(const Topology& topo, const CountMatrix& counts, const HaloQOptions& options,
                 PlannerWorkspace& ws, Plan& plan);
+// plan_iser's slack ladder: candidate water levels T + T/d for d = finest, finest/2, ...,
+// coarsest (the GPU planner walks the same ladder).
+inline constexpr int kIserSlackDivisorFinest = 256;
+inline constexpr int kIserSlackDivisorCoarsest = 32;
 void plan_iser(const Topology& topo, const CountMatrix& counts, const HaloQOptions& options,
                PlannerWorkspace& ws, Plan& plan);
 Plan plan_iser(const Topology& topo, const CountMatrix& counts, const HaloQOptions& options = {});

@@ -155,7 +155,7 @@ std::unique_ptr<RoutingSource> open_trace(const std::filesystem::path& path,
                                           const TraceOptions& options = {});
 
 struct SyntheticOptions {
-  std::string kind = "power-law";  // power-law | mixed
+  std::string kind = "power-law";  // power-law | mixed | a skew family (docs/evaluation.md)
   int num_experts = 384;
   int top_k = 6;
   int num_layers = 8;

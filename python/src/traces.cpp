@@ -1,5 +1,5 @@
 // iser.read_trace / iser.write_trace / iser.convert: routing data in every format the CLI reads,
-// to and from the canonical safetensors layout (DESIGN §8), as NumPy arrays.
+// to and from the canonical safetensors layout (docs/design.md §8), as NumPy arrays.
 #include <nanobind/stl/optional.h>
 #include <nanobind/stl/string.h>
 #include <nanobind/stl/vector.h>

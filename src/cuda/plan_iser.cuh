@@ -1,9 +1,10 @@
 // The `iser` policy's placement on the GPU, bit-exact with plan_iser of the CPU
-// (src/core/planner/iser.cpp) without a previous plan: three candidate placements, the best kept
-// (lowest max load; ties: fewer remote copies, then the earlier candidate):
+// (src/core/planner/iser.cpp) without a previous plan: up to six candidate placements, the best
+// kept (lowest max load; ties: fewer remote copies, then the earlier candidate):
 //   1. room-aware placement at water level T,
 //   2. HALO-Q's placement (absorb and owner_in_group off),
-//   3. only when the best so far ends above T + T/64: room-aware placement at T + T/64.
+//   3. for d = 256, 128, 64, 32 in turn (kIserSlackDivisorFinest ... Coarsest), only when the best
+//      so far ends above T + T/d: room-aware placement at water level T + T/d.
 // Candidates live in two blocks of the shared arrays (PlanSmem::buffer_words apart): the kept
 // one (block 0, where the later stages read the plan) and the challenger (block 1, copied over
 // block 0 when it wins).
@@ -12,6 +13,7 @@
 #pragma once
 
 #include "cuda/plan_place.cuh"
+#include "iser/planner.h"
 
 namespace iser::cuda::plan_detail {
 
@@ -80,11 +82,13 @@ inline __device__ __noinline__ int place_iser(const State st, const PlanParams p
   };
   start_candidate(challenger, false, lane);
   challenge(place(challenger, p, T, T, false, lane));
-  constexpr int kSlackDivisor = 64;
-  const int W = T + T / kSlackDivisor;
-  if (static_cast<int>(cost_kept >> 32) > W) {
-    start_candidate(challenger, true, lane);
-    challenge(place(challenger, p, T, W, true, lane));
+#pragma unroll 1
+  for (int divisor = kIserSlackDivisorFinest; divisor >= kIserSlackDivisorCoarsest; divisor /= 2) {
+    const int W = T + T / divisor;
+    if (static_cast<int>(cost_kept >> 32) > W) {
+      start_candidate(challenger, true, lane);
+      challenge(place(challenger, p, T, W, true, lane));
+    }
   }
   return num_kept;
 }

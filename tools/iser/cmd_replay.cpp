@@ -14,6 +14,7 @@
 #include "iser/model.h"
 #include "iser/replay.h"
 #include "iser/trace.h"
+#include "bound_report.h"
 #include "replay_output.h"
 
 namespace iser::cli {
@@ -45,6 +46,7 @@ struct ReplayArgs {
   DriftOptions drift_options;
   bool paper_e1 = false;
   std::string chart_policies;
+  double bound_seconds = 0.0;  // --bound: solver seconds per invocation
 };
 
 constexpr int64_t kDefaultDriftIterations = 32;
@@ -173,6 +175,7 @@ void run(ReplayArgs& args) {
   print_replay_tables(result, stdout);
   const ChartOptions charts{args.chart_policies.empty() ? std::vector<std::string>{}
                                                         : split_names(args.chart_policies)};
+  if (args.bound_seconds > 0) print_bound_gaps(*source, result, args.bound_seconds, stdout);
   // Output files may name folders that do not exist yet (e.g. --json inside --report's DIR).
   const auto make_parent = [](const std::filesystem::path& path) {
     std::error_code ec;
@@ -207,8 +210,9 @@ void add_replay_command(CLI::App& app) {
   cmd->add_option("--trace", args->trace,
                   "Routing file or directory: canonical safetensors, TensorRT-LLM dump, vLLM "
                   "safetensors, SGLang JSON, JSONL per-token top-k");
-  cmd->add_option("--synthetic", args->synthetic, "Synthetic routing instead of a trace")
-      ->check(CLI::IsMember({"power-law", "mixed"}));
+  cmd->add_option("--synthetic", args->synthetic,
+                  "Synthetic routing instead of a trace: power-law, mixed, or a skew family "
+                  "(zipf-A, hot-ranks, hot-spread, rank-skew, drift, layer-correlated)");
   cmd->add_option("--alpha", args->synthetic_options.alpha, "power-law: Zipf exponent")
       ->check(CLI::PositiveNumber);
   cmd->add_option("--rank-imbalance", args->rank_imbalance,
@@ -305,6 +309,10 @@ void add_replay_command(CLI::App& app) {
   cmd->add_option("--project-hw", args->projection,
                   "Project layer time with a fit: a preset (gb200-ep8) or a JSON file "
                   "{name, intercept_us, slope_us, ep, tokens_per_rank}");
+  cmd->add_option("--bound", args->bound_seconds,
+                  "Also print each policy's gap to the best R any plan can reach under iser's "
+                  "constraints (`iser bound`), solving each invocation for at most this many s")
+      ->check(CLI::PositiveNumber);
   cmd->add_flag("-q,--quiet", args->quiet, "No progress bar");
   cmd->callback([args] {
     args->synthetic_options.seed = args->trace_options.seed;

@@ -17,6 +17,8 @@ int main(int argc, char** argv) {
   iser::cli::add_model_command(app);
   iser::cli::add_plan_command(app);
   iser::cli::add_eplb_command(app);
+  iser::cli::add_counts_command(app);
+  iser::cli::add_bound_command(app);
 #if defined(ISER_WITH_CUDA)
   iser::cli::add_bench_command(app);
 #endif

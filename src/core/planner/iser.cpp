@@ -20,8 +20,9 @@
 //  3. A candidate for which no group has room is marked spent (the owner tries its next one)
 //     instead of freezing the owner; the owner freezes when it has no candidate or no export
 //     left.
-//  4. plan_iser keeps the best of up to three candidate placements (see there): this one, HALO-Q's,
-//     and this one at water level T + T/64.
+//  4. plan_iser keeps the best of up to six candidate placements (see there): this one, HALO-Q's,
+//     and this one at water levels T + T/d for d = 256, 128, 64, 32, each tried only while the
+//     best so far ends above it.
 // Quota bookkeeping for an expert broadcast k times: the owner's remaining share sits in the
 // latest broadcast of that expert (earlier ones then hold 0 for the owner); members of each
 // broadcast hold what they took. Σ quotas = hist[e] per expert.
@@ -241,9 +242,11 @@ void plan_iser(const Topology& topo, const CountMatrix& counts, const HaloQOptio
   //  1. the room-aware placement with water level T;
   //  2. HALO-Q's placement (wins on some mild workloads, where its need-based levels spread hot
   //     experts wider), so iser is never worse than halo-q in max load;
-  //  3. only when the best so far ends above T + T/64: the room-aware placement with water level
-  //     T + T/64. Members may then exceed T by up to 1/64, which lets one broadcast absorb a
-  //     whole give where slots are scarce (S = 2 under heavy skew).
+  //  3. for each slack divisor d of the ladder in turn (256, 128, 64, 32; planner.h), only when the
+  //     best so far ends above T + T/d: the room-aware placement with water level T + T/d.
+  //     Members may then exceed T by up to 1/d, which lets one broadcast absorb a whole give where
+  //     slots are scarce (S = 2 under heavy skew, or EP64 with four home experts per rank); the
+  //     finest slack that works wins, and a coarser one runs only where the finer ones failed.
   // Counts are checked and hist / home loads computed once; each candidate starts from them.
   prepare_loads(topo, counts, ws, plan);
   ws.home_loads = plan.loads;
@@ -270,11 +273,13 @@ void plan_iser(const Topology& topo, const CountMatrix& counts, const HaloQOptio
     }
   };
   keep_better();
-  constexpr int32_t kSlackDivisor = 64;
-  if (max_load(plan) > plan.target + plan.target / kSlackDivisor) {
-    start_alternative();
-    place_room_aware(topo, options, kSlackDivisor, ws, ws.alternative);
-    keep_better();
+  for (int32_t divisor = kIserSlackDivisorFinest; divisor >= kIserSlackDivisorCoarsest;
+       divisor /= 2) {
+    if (max_load(plan) > plan.target + plan.target / divisor) {
+      start_alternative();
+      place_room_aware(topo, options, divisor, ws, ws.alternative);
+      keep_better();
+    }
   }
   // The owner serves its quota from its home slot: with an expert in two groups the owner may
   // be a member of one, and the home slot needs no READY wait.

@@ -10,6 +10,7 @@
 #include "iser/error.h"
 #include "sampler.h"
 #include "sources.h"
+#include "synthetic_families.h"
 
 namespace iser::trace {
 namespace {
@@ -130,8 +131,9 @@ std::unique_ptr<RoutingSource> make_synthetic(const SyntheticOptions& options) {
                "synthetic: rank_imbalance tunes the power-law generator, not '{}'", options.kind);
     return trace::make_mixed(options, trace::MixedParams{});
   }
-  ISER_CHECK(options.kind == "power-law", "synthetic: unknown kind '{}' (power-law | mixed)",
-             options.kind);
+  if (trace::is_skew_family(options.kind)) return trace::make_skew_family(options);
+  ISER_CHECK(options.kind == "power-law", "synthetic: unknown kind '{}' (power-law | mixed | {})",
+             options.kind, fmt::join(trace::skew_family_names(), " | "));
   const double alpha = synthetic_alpha(options);
   TraceData data;
   data.kind = TraceKind::kHistograms;

@@ -1,0 +1,53 @@
+// How far from optimal: the best max load any plan can reach for one count matrix under the
+// `iser` policy's constraints (tools: `iser bound`, `iser replay --bound`; docs/evaluation.md).
+//
+// The constraints, exactly those the validator checks for iser plans: broadcasts over aligned
+// groups; every rank a member of at most S groups (the owner too when it is a member); at most S
+// broadcasts per owner (an expert may be broadcast more than once); an expert's routes computed
+// only by its owner or members of its groups, in whole routes; every route computed once.
+//
+// Two bounds on the optimal max load M*:
+//  - combinatorial (always): M* >= max(T, max over owners o of L[o] minus the S largest hist
+//    among o's home experts), since an owner sheds at most one expert's routes per broadcast;
+//  - the integer program over those constraints (CBC, when iser was built with it): solved to
+//    optimality, or, at the time limit, its proven dual bound (and the best plan it found).
+#pragma once
+
+#include <cstdint>
+#include <optional>
+#include <string>
+
+#include "iser/counts.h"
+#include "iser/topology.h"
+
+namespace iser {
+
+struct BoundOptions {
+  double time_limit_s = 10.0;  // per count matrix; the solver stops with a proven bound
+  bool use_solver = true;      // false: the combinatorial bound only
+};
+
+enum class BoundMethod {
+  kCombinatorial,  // no solver run (not built with CBC, or use_solver off)
+  kIpOptimal,      // the integer program solved to optimality: lower == upper
+  kIpBound,        // the solver stopped at its time limit: lower is its proven dual bound
+};
+std::string_view to_string(BoundMethod method);
+
+struct PlanBound {
+  BoundMethod method = BoundMethod::kCombinatorial;
+  int64_t lower = 0;             // proven: no valid plan has a max load below this
+  std::optional<int64_t> upper;  // max load of the best plan the solver found
+  int64_t combinatorial = 0;     // the combinatorial bound alone
+  double mean_load = 0.0;        // total routes / P
+  double r_lower() const { return mean_load > 0 ? lower / mean_load : 1.0; }
+};
+
+// True when this build can solve the integer program (CBC found at build time).
+bool bound_solver_available();
+
+// Throws iser::Error when counts do not match the topology.
+PlanBound plan_bound(const Topology& topo, const CountMatrix& counts,
+                     const BoundOptions& options = {});
+
+}  // namespace iser
