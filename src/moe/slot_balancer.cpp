@@ -112,6 +112,9 @@ struct SlotBalancer::Impl {
   OrderEvent start, plan_ready, gate_done;
   int fault_rank = -1;
   cudaStream_t fault_stream = nullptr;
+  // Faulted calls name their generation: the device counter, read when the fault stream is set
+  // (CUDA-graph replays advance it without the host), plus one per replicate() since.
+  uint64_t generation = 0;
   Phase phase = Phase::kIdle;
   uint64_t ready_failures = 0;
   std::string last_failure;
@@ -314,20 +317,27 @@ void SlotBalancer::replicate() {
   // on a null op (group_size 0).
   const auto run = [&](int begin, int end, cudaStream_t stream) {
     if (begin < end) {
-      s.runtime->replicate_ranks(begin, end, s.ops.get<CopyOp>(), s.max_ops, 0, kDeviceGeneration,
+      s.runtime->replicate_ranks(begin, end, s.ops.get<CopyOp>(), s.max_ops, 0, s.generation,
                                  s.config.transport, stream, s.config.copy_sms);
     }
   };
+  ++s.generation;
+  uint64_t gate_generation = kDeviceGeneration;
   if (s.fault_rank < 0) {
     s.runtime->replicate(s.ops.get<CopyOp>(), s.max_ops, 0, kDeviceGeneration, s.config.transport,
                          s.copy, s.config.copy_sms);
   } else {
+    // NOTE: the fault rank's replicate runs on another stream, so the gate on COPY may run before
+    // it. A kDeviceGeneration gate would then see no new generation (and report kGateEarly): the
+    // faulted call names its generation instead, and the gate waits for it (up to the timeout)
+    // like a gate of a slow peer. The replicate leaves the device counter at that generation.
+    gate_generation = s.generation;
     run(0, s.fault_rank, s.copy);
     run(s.fault_rank + 1, s.num_local, s.copy);
     s.plan_ready.wait(s.fault_stream);
     run(s.fault_rank, s.fault_rank + 1, s.fault_stream);
   }
-  s.runtime->ready_gate(s.ops.get<CopyOp>(), s.max_ops, kDeviceGeneration,
+  s.runtime->ready_gate(s.ops.get<CopyOp>(), s.max_ops, gate_generation,
                         s.slot_expert.get<int32_t>(), s.copy, s.config.transport);
   s.gate_done.record(s.copy);
   s.phase = Phase::kReplicated;
@@ -340,6 +350,7 @@ void SlotBalancer::set_fault_stream(int local_idx, StreamHandle stream) {
              "and a stream",
              local_idx, s.num_local);
   s.fault_rank = local_idx < 0 ? -1 : local_idx;
+  if (local_idx >= 0) s.generation = s.runtime->last_generation(0);
   s.fault_stream = local_idx < 0 ? nullptr : stream;
 }
 
