@@ -71,10 +71,11 @@ def test_ready_failure_falls_back_home(iser_torch):
     off = layer(x, balance=False)
     b = layer.balancer
     stall = torch.cuda.Stream()
-    # Rank 0 owns the hot experts, so it writes replicas; its copy waits ~50 ms behind a sleep.
+    # Rank 0 owns the hot experts, so it writes replicas; its copy waits ~50 ms behind a sleep
+    # (queued after set_fault_stream, which synchronises the device).
+    b.set_fault_stream(0, stall)
     with torch.cuda.stream(stall):
         torch.cuda._sleep(100_000_000)
-    b.set_fault_stream(0, stall)
     on = layer(x)
     torch.cuda.synchronize()
     b.set_fault_stream(0, None)
