@@ -24,6 +24,9 @@ struct TraceMetadata {
   int64_t num_tokens = 0;      // token traces: T (after joins and skips); 0 otherwise
   int64_t skipped_tokens = 0;  // tokens or rows the reader dropped (incomplete joins, skip_rows)
   std::string notes;           // human-readable account of what the reader dropped or assumed
+  // Layers that carry no route at all (dense layers, all-zero rows): filled by
+  // make_routing_source; replay leaves them out unless they are selected explicitly.
+  std::vector<int> routeless_layers;
 };
 
 // A source of per-invocation routing. Token-level sources follow the batching rule (iteration i
@@ -58,6 +61,13 @@ struct TraceOptions {
   // JSONL: drop the leading run of rows that look like vLLM's profiling batch: every weight equal
   // (1/k within 1e-6) and the same ids as the first row. The count is reported in notes.
   bool skip_profile_rows = false;
+  // TensorRT-LLM with the MoE load balancer: the dump counts slots. This JSON file maps them to
+  // experts: {"<layer>": [expert of slot 0, expert of slot 1, ...], ...} (the load balancer's
+  // initial_global_assignments) or one array for every layer.
+  std::filesystem::path slot_map;
+  // TensorRT-LLM dump directory: read the per-token rank<r>_raw.safetensors files (token trace)
+  // instead of the per-rank counts (also the choice when only _raw files exist).
+  bool trtllm_raw = false;
 };
 
 // ---- routing data in memory (the canonical safetensors layout, DESIGN §8) ----------------------
@@ -109,6 +119,18 @@ TraceData parse_csv_histograms(std::string_view text, std::string_view name,
                                const TraceOptions& options = {});
 TraceData read_trtllm_dump(const std::filesystem::path& directory,
                            const TraceOptions& options = {});
+// torch.save files (zip + a restricted pickle that executes nothing): SGLang expert-distribution
+// dumps (stat: logical_count; per_pass / per_token: records + last_physical_to_logical_map) or a
+// dict of vLLM tensors (global_expert_load, expert_load_window + physical_to_logical_map,
+// routed_experts).
+TraceData parse_torch_trace(std::string_view bytes, std::string_view name,
+                            const TraceOptions& options = {});
+// A directory of SGLang per_pass / per_token dumps, one .pt file per rank.
+TraceData read_torch_dump_dir(const std::filesystem::path& directory,
+                              const TraceOptions& options = {});
+
+// Layers in which no token picks any expert (dense layers; all-zero count rows).
+std::vector<int> find_routeless_layers(const TraceData& data);
 
 // ---- canonical safetensors writers -------------------------------------------------------------
 

@@ -21,10 +21,18 @@ struct LayerTask {
   std::vector<std::vector<InvocationMetrics>> per_policy;
 };
 
-std::vector<int> resolve_layers(const ReplayConfig& config, int num_layers) {
+// All layers that carry routes unless layers are selected explicitly: a dense layer (no route
+// at all) has no load to balance and would only dilute the means.
+std::vector<int> resolve_layers(const ReplayConfig& config, const TraceMetadata& meta) {
+  const int num_layers = meta.num_layers;
   if (config.layers.empty()) {
-    std::vector<int> all(num_layers);
-    for (int l = 0; l < num_layers; ++l) all[l] = l;
+    std::vector<int> all;
+    for (int l = 0; l < num_layers; ++l) {
+      const auto& skip = meta.routeless_layers;
+      if (std::find(skip.begin(), skip.end(), l) == skip.end()) all.push_back(l);
+    }
+    ISER_CHECK(!all.empty(), "trace '{}': none of its {} layers carries a route", meta.source,
+               num_layers);
     return all;
   }
   for (const int l : config.layers) {
@@ -167,7 +175,7 @@ ReplayResult run_replay(const RoutingSource& source, const ReplayConfig& config)
   ReplayResult result;
   result.config = config;
   result.metadata = meta;
-  result.layers = resolve_layers(config, meta.num_layers);
+  result.layers = resolve_layers(config, meta);
   result.policies = config.policies.empty() ? available_policies() : config.policies;
   for (const int ep : config.ep_degrees) {
     // Validates P, E, S and g_min before any work (clear error naming the value).

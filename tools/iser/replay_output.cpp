@@ -1,6 +1,7 @@
 #include "replay_output.h"
 
 #include <fmt/format.h>
+#include <fmt/ranges.h>
 
 namespace iser::cli {
 namespace {
@@ -19,9 +20,13 @@ void print_replay_tables(const ReplayResult& result, std::FILE* out) {
         fit->name, fit->intercept_us, fit->slope_us, fit->ep, fit->tokens_per_rank);
     fmt::print(out, "  (* marks EP degrees other than the fit's: an extrapolation)\n");
   }
-  fmt::print(out, "iser replay: {} ({}{}E = {}, top-{}, {} layers)\n", m.source,
+  fmt::print(out, "iser replay: {} ({}{}E = {}, top-{}, {} layers{})\n", m.source,
              m.model.empty() ? "" : m.model + ", ", m.dataset.empty() ? "" : m.dataset + ", ",
-             m.num_experts, m.top_k, result.layers.size());
+             m.num_experts, m.top_k, result.layers.size(),
+             result.config.layers.empty() && !m.routeless_layers.empty()
+                 ? fmt::format("; {} without routes left out: {}", m.routeless_layers.size(),
+                               fmt::join(m.routeless_layers, ","))
+                 : "");
   for (size_t e = 0; e < result.config.ep_degrees.size(); ++e) {
     const int ep = result.config.ep_degrees[e];
     fmt::print(out, "\nEP{}: H = {}, S = {}, tau = {} tokens/rank, {} iteration(s) x {} layers{}\n",
