@@ -108,7 +108,8 @@ TraceData read_trace_data(const std::filesystem::path& path, const TraceOptions&
                           TraceFormat format = TraceFormat::kAuto);
 
 // Parsers over bytes already in memory (`name` appears in error messages). The safetensors
-// parser accepts canonical files and vLLM-style files holding one integer [L, E] tensor.
+// parser accepts canonical files and vLLM tensors named for what they hold (global_expert_load,
+// expert_load_pass / expert_load_window with physical_to_logical_map, routed_experts).
 TraceData parse_safetensors_trace(std::string_view bytes, std::string_view name,
                                   const TraceOptions& options = {});
 TraceData parse_jsonl_trace(std::string_view text, std::string_view name,
@@ -165,8 +166,9 @@ std::unique_ptr<RoutingSource> make_routing_source(TraceData data,
                                                    const TraceOptions& options = {});
 
 // Opens a routing file or directory, detecting the format: canonical safetensors, TensorRT-LLM
-// dump directory (meta_info.json + rank{r}.safetensors), vLLM safetensors [L, E], SGLang JSON
-// (logical_count), JSONL per-token top-k. Throws iser::Error naming the file, field and value.
+// dump directory (meta_info.json + rank{r}.safetensors), vLLM tensors, SGLang .pt dumps (a file
+// or a directory of rank files), SGLang JSON (logical_count), JSONL per-token top-k. Throws
+// iser::Error naming the file, field and value.
 std::unique_ptr<RoutingSource> open_trace(const std::filesystem::path& path,
                                           const TraceOptions& options = {});
 
