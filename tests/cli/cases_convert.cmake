@@ -58,9 +58,12 @@ expect(convert_trtllm_lb_needs_map nonzero "pass --slot-map" convert
 expect(convert_trtllm_lb 0 "10 load-balancer slots mapped to 8 experts" convert
        --input ${engines}/trtllm_lb --output ${out_dir}/trt_lb.safetensors
        --slot-map ${engines}/trtllm_lb_slot_map.json)
-expect(convert_vllm_window 0 "iteration_counts [3, 4, 8]" convert
+expect(convert_vllm_window 0 "iteration_counts [4, 4, 8]" convert
        --input ${engines}/vllm_expert_load_window.safetensors
        --output ${out_dir}/vllm_w.safetensors --top-k 2)
+expect(convert_vllm_window_step 0 "time order (ring rotated at step 2)" convert
+       --input ${engines}/vllm_expert_load_window_step.safetensors
+       --output ${out_dir}/vllm_ws.safetensors --top-k 2)
 expect(convert_vllm_routed_needs_e nonzero "never guessed" convert
        --input ${engines}/vllm_routed_experts.safetensors --output ${out_dir}/x.safetensors)
 expect(convert_vllm_unnamed nonzero "no tensor says what it holds (have: load)" convert

@@ -134,8 +134,9 @@ TEST(EngineDumps, TrtllmLoadBalancerSlots) {
 }
 
 TEST(EngineDumps, VllmTensorsByName) {
-  for (const char* file : {"vllm_global_expert_load.safetensors", "vllm_global_expert_load.pt",
-                           "vllm_expert_load_window.safetensors"}) {
+  for (const char* file :
+       {"vllm_global_expert_load.safetensors", "vllm_global_expert_load.pt",
+        "vllm_expert_load_window.safetensors", "vllm_expert_load_window_step.safetensors"}) {
     SCOPED_TRACE(file);
     expect_matches(read_trace_data(kEngines / file, top_k(2)), expected(kEngines / file));
   }

@@ -15,6 +15,7 @@ namespace {
 constexpr std::string_view kGlobalLoad = "global_expert_load";
 constexpr std::string_view kLoadPass = "expert_load_pass";
 constexpr std::string_view kLoadWindow = "expert_load_window";
+constexpr std::string_view kLoadWindowStep = "expert_load_window_step";
 constexpr std::string_view kPhysToLogical = "physical_to_logical_map";
 constexpr std::string_view kRoutedExperts = "routed_experts";
 
@@ -75,6 +76,18 @@ TraceData read_physical_load(const NamedTensor& load, const std::vector<NamedTen
   const int64_t rows = window ? load.shape[0] : 1;
   std::vector<int64_t> counts =
       physical_to_logical_counts(load.values, rows, map, fmt::format("{}: {}", name, load.name));
+  std::string order = "stored (ring) order: save expert_load_window_step to restore time order";
+  if (const NamedTensor* step = find_tensor(tensors, kLoadWindowStep); window && step) {
+    // vLLM writes row `step`, then advances it modulo W: the oldest row is the next one written.
+    ISER_CHECK(step->values.size() == 1 && step->values[0] >= 0 && step->values[0] < rows,
+               "{}: expert_load_window_step must hold one index in [0, W = {})", name, rows);
+    const auto row_size = static_cast<size_t>(layers) * static_cast<size_t>(map.num_experts);
+    std::rotate(counts.begin(),
+                counts.begin() +
+                    static_cast<std::ptrdiff_t>(static_cast<size_t>(step->values[0]) * row_size),
+                counts.end());
+    order = fmt::format("time order (ring rotated at step {})", step->values[0]);
+  }
   if (window) {
     const int64_t dropped =
         drop_zero_rows(counts, static_cast<size_t>(layers) * static_cast<size_t>(map.num_experts));
@@ -83,9 +96,8 @@ TraceData read_physical_load(const NamedTensor& load, const std::vector<NamedTen
     data.kind = TraceKind::kIterationCounts;
     data.num_iterations = rows - dropped;
     data.iteration_counts = std::move(counts);
-    meta.notes = fmt::format(
-        "vLLM expert_load_window: {} step(s) in stored (ring) order, {} empty row(s) dropped",
-        data.num_iterations, dropped);
+    meta.notes = fmt::format("vLLM expert_load_window: {} step(s) in {}, {} empty row(s) dropped",
+                             data.num_iterations, order, dropped);
   } else {
     data.kind = TraceKind::kHistograms;
     data.categories.emplace_back();

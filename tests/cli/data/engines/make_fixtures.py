@@ -197,21 +197,33 @@ def vllm(out, seed):
     # vllm/distributed/eplb/eplb_state.py keeps expert_load_pass [L, physical] and
     # expert_load_window [W, L, physical] (int64) with physical_to_logical_map [L, physical];
     # the rebalance input global_expert_load is [L, logical]. Routed-experts capture returns
-    # routed_experts [tokens, layers, top_k] int16.
+    # routed_experts [tokens, layers, top_k] int16. The window is a ring written at
+    # expert_load_window_step, which then advances modulo the window size.
     rng = random.Random(seed)
-    W = 3
+    W, steps = 4, 6  # the ring has wrapped: it holds steps 2..5, step 4 at row 0
     window = torch.zeros((W, L, PHYS), dtype=torch.int64)
+    step = 0
     per_step = []
-    for w in range(W):
+    for _ in range(steps):
         logical, physical = draw_pass(rng, rng.randint(3, 6))
-        window[w] = physical_count_tensor(physical).to(torch.int64)
+        window[step] = physical_count_tensor(physical).to(torch.int64)
+        step = (step + 1) % W
         per_step.append(logical_counts(logical))
     p2l = torch.tensor(P2L, dtype=torch.int64)
+    kept = per_step[steps - W:]  # chronological
+    stored = [kept[(i - step) % W] for i in range(W)]
     save_file({"expert_load_window": window, "physical_to_logical_map": p2l},
               os.path.join(out, "vllm_expert_load_window.safetensors"))
     write_expected(os.path.join(out, "vllm_expert_load_window.safetensors"),
                    {"kind": "iteration_counts", "num_experts": E, "num_layers": L,
-                    "counts": per_step})
+                    "counts": stored})
+    save_file({"expert_load_window": window, "physical_to_logical_map": p2l,
+               "expert_load_window_step": torch.tensor([step], dtype=torch.int64)},
+              os.path.join(out, "vllm_expert_load_window_step.safetensors"))
+    write_expected(os.path.join(out, "vllm_expert_load_window_step.safetensors"),
+                   {"kind": "iteration_counts", "num_experts": E, "num_layers": L,
+                    "counts": kept})
+    per_step = kept
     glob = torch.zeros((L, E), dtype=torch.int64)
     glob.scatter_add_(1, p2l, window.sum(dim=0))
     save_file({"global_expert_load": glob}, os.path.join(out, "vllm_global_expert_load.safetensors"))
