@@ -29,6 +29,9 @@ struct TraceMetadata {
   std::vector<int> layer_ids;
   // Layer id of layer index l (l itself when the file names none).
   int layer_id(int layer_idx) const { return layer_ids.empty() ? layer_idx : layer_ids[layer_idx]; }
+  // Layers that carry no route at all (dense layers, all-zero rows): filled by
+  // make_routing_source; replay leaves them out unless they are selected explicitly.
+  std::vector<int> routeless_layers;
 };
 
 // A source of per-invocation routing. Token-level sources follow the batching rule (iteration i
@@ -63,6 +66,13 @@ struct TraceOptions {
   // JSONL: drop the leading run of rows that look like vLLM's profiling batch: every weight equal
   // (1/k within 1e-6) and the same ids as the first row. The count is reported in notes.
   bool skip_profile_rows = false;
+  // TensorRT-LLM with the MoE load balancer: the dump counts slots. This JSON file maps them to
+  // experts: {"<layer>": [expert of slot 0, expert of slot 1, ...], ...} (the load balancer's
+  // initial_global_assignments) or one array for every layer.
+  std::filesystem::path slot_map;
+  // TensorRT-LLM dump directory: read the per-token rank<r>_raw.safetensors files (token trace)
+  // instead of the per-rank counts (also the choice when only _raw files exist).
+  bool trtllm_raw = false;
 };
 
 // ---- routing data in memory (the canonical safetensors layout, docs/design.md §8)
@@ -104,7 +114,8 @@ TraceData read_trace_data(const std::filesystem::path& path, const TraceOptions&
                           TraceFormat format = TraceFormat::kAuto);
 
 // Parsers over bytes already in memory (`name` appears in error messages). The safetensors
-// parser accepts canonical files and vLLM-style files holding one integer [L, E] tensor.
+// parser accepts canonical files and vLLM tensors named for what they hold (global_expert_load,
+// expert_load_pass / expert_load_window with physical_to_logical_map, routed_experts).
 TraceData parse_safetensors_trace(std::string_view bytes, std::string_view name,
                                   const TraceOptions& options = {});
 TraceData parse_jsonl_trace(std::string_view text, std::string_view name,
@@ -115,6 +126,18 @@ TraceData parse_csv_histograms(std::string_view text, std::string_view name,
                                const TraceOptions& options = {});
 TraceData read_trtllm_dump(const std::filesystem::path& directory,
                            const TraceOptions& options = {});
+// torch.save files (zip + a restricted pickle that executes nothing): SGLang expert-distribution
+// dumps (stat: logical_count; per_pass / per_token: records + last_physical_to_logical_map) or a
+// dict of vLLM tensors (global_expert_load, expert_load_window + physical_to_logical_map,
+// routed_experts).
+TraceData parse_torch_trace(std::string_view bytes, std::string_view name,
+                            const TraceOptions& options = {});
+// A directory of SGLang per_pass / per_token dumps, one .pt file per rank.
+TraceData read_torch_dump_dir(const std::filesystem::path& directory,
+                              const TraceOptions& options = {});
+
+// Layers in which no token picks any expert (dense layers; all-zero count rows).
+std::vector<int> find_routeless_layers(const TraceData& data);
 
 // ---- canonical safetensors writers -------------------------------------------------------------
 
@@ -149,8 +172,9 @@ std::unique_ptr<RoutingSource> make_routing_source(TraceData data,
                                                    const TraceOptions& options = {});
 
 // Opens a routing file or directory, detecting the format: canonical safetensors, TensorRT-LLM
-// dump directory (meta_info.json + rank{r}.safetensors), vLLM safetensors [L, E], SGLang JSON
-// (logical_count), JSONL per-token top-k. Throws iser::Error naming the file, field and value.
+// dump directory (meta_info.json + rank{r}.safetensors), vLLM tensors, SGLang .pt dumps (a file
+// or a directory of rank files), SGLang JSON (logical_count), JSONL per-token top-k. Throws
+// iser::Error naming the file, field and value.
 std::unique_ptr<RoutingSource> open_trace(const std::filesystem::path& path,
                                           const TraceOptions& options = {});
 

@@ -24,11 +24,17 @@ struct LayerTask {
 };
 
 // config.layers holds layer ids (the trace's own, or 0..L-1 when it names none); returns the
-// layer indices into the trace.
+// layer indices into the trace. With none selected: every layer that carries routes (a dense
+// layer, no route at all, has no load to balance and would only dilute the means).
 std::vector<int> resolve_layers(const ReplayConfig& config, const TraceMetadata& meta) {
   std::vector<int> indices;
   if (config.layers.empty()) {
-    for (int l = 0; l < meta.num_layers; ++l) indices.push_back(l);
+    const auto& skip = meta.routeless_layers;
+    for (int l = 0; l < meta.num_layers; ++l) {
+      if (std::find(skip.begin(), skip.end(), l) == skip.end()) indices.push_back(l);
+    }
+    ISER_CHECK(!indices.empty(), "trace '{}': none of its {} layers carries a route", meta.source,
+               meta.num_layers);
     return indices;
   }
   for (const int id : config.layers) {

@@ -291,23 +291,34 @@ TEST(TraceErrors, TopKMismatch) {
                {"k.st", "k = 2", "__metadata__.top_k = 3"});
 }
 
-TEST(TraceFormats, VllmSingleLoadTensor) {
+TEST(TraceFormats, VllmGlobalExpertLoad) {
   const std::string header =
       R"({"__metadata__":{"top_k":"2"},)"
-      R"("expert_load":{"dtype":"I64","shape":[2,3],"data_offsets":[0,48]}})";
+      R"("global_expert_load":{"dtype":"I64","shape":[2,3],"data_offsets":[0,48]}})";
   const auto d =
       parse_safetensors_trace(raw_safetensors(header, le_bytes<int64_t>({1, 2, 3, 4, 5, 6})), "v");
   EXPECT_EQ(d.kind, TraceKind::kHistograms);
   EXPECT_EQ(d.metadata.num_experts, 3);
   EXPECT_EQ(d.metadata.num_layers, 2);
   EXPECT_EQ(d.histograms[0], (std::vector<int64_t>{1, 2, 3, 4, 5, 6}));
-  const std::string no_k = R"({"expert_load":{"dtype":"I64","shape":[2,3],"data_offsets":[0,48]}})";
+  const std::string no_k =
+      R"({"global_expert_load":{"dtype":"I64","shape":[2,3],"data_offsets":[0,48]}})";
   expect_error(
       [&] {
         parse_safetensors_trace(raw_safetensors(no_k, le_bytes<int64_t>({1, 2, 3, 4, 5, 6})),
                                 "v.st");
       },
       {"v.st", "top_k"});
+  // A tensor whose name does not say what it holds is refused, never guessed.
+  const std::string unnamed =
+      R"({"__metadata__":{"top_k":"2"},)"
+      R"("expert_load":{"dtype":"I64","shape":[2,3],"data_offsets":[0,48]}})";
+  expect_error(
+      [&] {
+        parse_safetensors_trace(raw_safetensors(unnamed, le_bytes<int64_t>({1, 2, 3, 4, 5, 6})),
+                                "u.st");
+      },
+      {"u.st", "have: expert_load"});
 }
 
 TEST(TraceFormats, DetectsFormats) {

@@ -1,5 +1,6 @@
 // `iser convert`: any supported routing format -> canonical safetensors (docs/design.md §8).
 #include <fmt/format.h>
+#include <fmt/ranges.h>
 
 #include "commands.h"
 #include "iser/error.h"
@@ -19,13 +20,15 @@ void add_convert_command(CLI::App& app) {
     std::string category;
     int64_t skip_rows = 0;
     bool skip_profile_rows = false;
+    std::string slot_map;
+    bool trtllm_raw = false;
     std::string ids_dtype = "int32";
     std::string counts_dtype = "int64";
   };
   auto args = std::make_shared<Args>();
   auto* cmd = app.add_subcommand(
       "convert",
-      "Convert routing data (csv, jsonl, trtllm, vllm, sglang) to canonical safetensors");
+      "Convert routing data (csv, jsonl, trtllm, vllm, sglang .pt/.json) to canonical safetensors");
   cmd->add_option("--input,-i", args->input, "input file or TensorRT-LLM dump directory")
       ->required();
   cmd->add_option("--output,-o", args->output, "output .safetensors file")->required();
@@ -40,6 +43,11 @@ void add_convert_command(CLI::App& app) {
   cmd->add_option("--skip-rows", args->skip_rows, "JSONL: drop this many leading route rows");
   cmd->add_flag("--skip-profile-rows", args->skip_profile_rows,
                 "JSONL: drop the leading run of vLLM profiling rows (equal weights, same ids)");
+  cmd->add_option("--slot-map", args->slot_map,
+                  "TensorRT-LLM load-balancer dump: JSON slot -> expert map "
+                  "({\"<layer>\": [expert of each slot]} or one array)");
+  cmd->add_flag("--trtllm-raw", args->trtllm_raw,
+                "TensorRT-LLM dump: read the per-token rank<r>_raw.safetensors files");
   cmd->add_option("--ids-dtype", args->ids_dtype, "int16|int32")->capture_default_str();
   cmd->add_option("--counts-dtype", args->counts_dtype, "int32|int64")->capture_default_str();
   cmd->callback([args] {
@@ -48,6 +56,8 @@ void add_convert_command(CLI::App& app) {
     if (args->top_k != 0) options.top_k = args->top_k;
     options.skip_rows = args->skip_rows;
     options.skip_profile_rows = args->skip_profile_rows;
+    options.slot_map = args->slot_map;
+    options.trtllm_raw = args->trtllm_raw;
     const auto dtype = [](const std::string& s) {
       if (s == "int16") return TraceDType::kInt16;
       if (s == "int32") return TraceDType::kInt32;
@@ -81,8 +91,12 @@ void add_convert_command(CLI::App& app) {
                                   m.num_layers, m.num_experts);
         break;
     }
-    fmt::print("wrote {}: {} (E = {}, top-{}){}{}\n", args->output, shape, m.num_experts, m.top_k,
-               m.notes.empty() ? "" : "; ", m.notes);
+    const std::vector<int> routeless = find_routeless_layers(data);
+    fmt::print("wrote {}: {} (E = {}, top-{}){}{}{}\n", args->output, shape, m.num_experts, m.top_k,
+               m.notes.empty() ? "" : "; ", m.notes,
+               routeless.empty() ? std::string()
+                                 : fmt::format("; {} layer(s) without routes (dense): {}",
+                                               routeless.size(), fmt::join(routeless, ",")));
   });
 }
 

@@ -3,6 +3,7 @@
 #include <algorithm>
 
 #include <fmt/format.h>
+#include <fmt/ranges.h>
 
 namespace iser::cli {
 namespace {
@@ -66,9 +67,15 @@ void print_replay_tables(const ReplayResult& result, std::FILE* out) {
         fit->name, fit->intercept_us, fit->slope_us, fit->ep, fit->tokens_per_rank);
     fmt::print(out, "  (* marks EP degrees other than the fit's: an extrapolation)\n");
   }
-  fmt::print(out, "iser replay: {} ({}{}E = {}, top-{}, {} layers)\n", m.source,
+  std::vector<int> routeless_ids;  // layer ids, as --layers takes them
+  for (const int l : m.routeless_layers) routeless_ids.push_back(m.layer_id(l));
+  fmt::print(out, "iser replay: {} ({}{}E = {}, top-{}, {} layers{})\n", m.source,
              m.model.empty() ? "" : m.model + ", ", m.dataset.empty() ? "" : m.dataset + ", ",
-             m.num_experts, m.top_k, result.layers.size());
+             m.num_experts, m.top_k, result.layers.size(),
+             result.config.layers.empty() && !m.routeless_layers.empty()
+                 ? fmt::format("; {} without routes left out: {}", m.routeless_layers.size(),
+                               fmt::join(routeless_ids, ","))
+                 : "");
   if (result.warmup_iterations > 0) {
     fmt::print(out, "{} warm-up iteration(s) per layer served first and left out of every mean\n",
                result.warmup_iterations);

@@ -6,6 +6,7 @@
 #include <nlohmann/json.hpp>
 
 #include "common.h"
+#include "engines.h"
 #include "iser/error.h"
 #include "iser/trace.h"
 #include "safetensors.h"
@@ -209,48 +210,6 @@ TraceData read_canonical(const SafetensorsView& view, const TraceOptions& option
   return data;
 }
 
-// vLLM-style dump: a single integer tensor [L, E] (whole-set load) or [I, L, E] (per step).
-TraceData read_single_tensor(const SafetensorsView& view, const TraceOptions& options) {
-  const std::string& name = view.name;
-  const TensorInfo& t = view.tensors.front();
-  expect_dtype(view, t, {DType::kI32, DType::kI64, DType::kU32, DType::kI16});
-  ISER_CHECK(t.shape.size() == 2 || t.shape.size() == 3,
-             "{}: tensor '{}' has shape {}, expected [L, E] or [I, L, E]", name, t.name,
-             shape_string(t.shape));
-  const int64_t file_e = t.shape.back();
-  // The tensor's own shape fixes E here (a histogram has one column per expert).
-  ISER_CHECK(!options.num_experts || *options.num_experts == file_e,
-             "{}: tensor '{}' has E = {} but num_experts = {} was requested", name, t.name, file_e,
-             options.num_experts.value_or(0));
-  TraceOptions with_e = options;
-  with_e.num_experts = file_e;
-  TraceData data;
-  auto& meta = data.metadata;
-  meta.source = name;
-  meta.num_experts = trace::resolve_num_experts(name, with_e, file_e, "E");
-  meta.top_k = trace::resolve_top_k(name, options, metadata_int(view, "top_k"), "top_k");
-  if (auto it = view.metadata.find("model"); it != view.metadata.end()) meta.model = it->second;
-  if (auto it = view.metadata.find("dataset"); it != view.metadata.end()) meta.dataset = it->second;
-  const int64_t layers = t.shape[t.shape.size() - 2];
-  ISER_CHECK(layers >= 1 && layers <= trace::kMaxTraceLayers,
-             "{}: tensor '{}' has L = {}, expected 1..{}", name, t.name, layers,
-             trace::kMaxTraceLayers);
-  meta.num_layers = static_cast<int>(layers);
-  meta.notes = fmt::format("vLLM load tensor '{}'", t.name);
-  meta.layer_ids = metadata_layer_ids(view, meta.num_layers);
-  if (t.shape.size() == 2) {
-    data.kind = TraceKind::kHistograms;
-    data.categories.emplace_back();
-    data.histograms.push_back(view.read_integers(t));
-  } else {
-    data.kind = TraceKind::kIterationCounts;
-    data.num_iterations = t.shape[0];
-    data.iteration_counts = view.read_integers(t);
-  }
-  data.validate(name);
-  return data;
-}
-
 int64_t checked_product(std::initializer_list<int64_t> dims) {
   int64_t p = 1;
   for (const int64_t d : dims) {
@@ -341,11 +300,10 @@ TraceData parse_safetensors_trace(std::string_view bytes, std::string_view name,
            t.name == kIterationRankCounts;
   });
   if (canonical) return read_canonical(view, options);
-  ISER_CHECK(view.tensors.size() == 1,
-             "{}: no canonical tensor (topk_ids, expert_counts, iteration_counts) and {} tensors, "
-             "not one [L, E] load tensor either",
-             name, view.tensors.size());
-  return read_single_tensor(view, options);
+  // Otherwise the tensors must say by name what they hold (vLLM's).
+  std::vector<trace::NamedTensor> tensors;
+  for (const auto& t : view.tensors) tensors.push_back({t.name, t.shape, view.read_integers(t)});
+  return trace::read_vllm_tensors(tensors, view.metadata, name, options);
 }
 
 std::string serialize_trace(const TraceData& data, TraceDType ids_dtype, TraceDType counts_dtype) {

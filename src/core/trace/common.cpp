@@ -56,6 +56,26 @@ std::string describe(const nlohmann::json& value) {
   return text;
 }
 
+std::optional<int64_t> json_int(const nlohmann::json& obj, std::initializer_list<const char*> keys,
+                                std::string_view name) {
+  for (const char* key : keys) {
+    const auto it = obj.find(key);
+    if (it == obj.end()) continue;
+    ISER_CHECK(it->is_number_integer(), "{}: field {} = {} is not an integer", name, key,
+               describe(*it));
+    return it->get<int64_t>();
+  }
+  return std::nullopt;
+}
+
+std::string json_string(const nlohmann::json& obj, std::initializer_list<const char*> keys) {
+  for (const char* key : keys) {
+    const auto it = obj.find(key);
+    if (it != obj.end() && it->is_string()) return it->get<std::string>();
+  }
+  return {};
+}
+
 std::string read_file_bytes(const std::filesystem::path& path) {
   std::ifstream in(path, std::ios::binary);
   ISER_CHECK(in.good(), "{}: cannot open file", path.string());

@@ -34,6 +34,13 @@ int resolve_top_k(std::string_view name, const TraceOptions& options,
 // by kind and size only (json::dump recurses, and hostile input can nest arbitrarily deep).
 std::string describe(const nlohmann::json& value);
 
+// The first of `keys` present in obj as an integer (a present non-integer throws); nullopt when
+// none is present.
+std::optional<int64_t> json_int(const nlohmann::json& obj, std::initializer_list<const char*> keys,
+                                std::string_view name);
+// The first of `keys` present in obj as a string; empty when none is.
+std::string json_string(const nlohmann::json& obj, std::initializer_list<const char*> keys);
+
 // Whole file into memory (the readers' working set is proportional to it anyway).
 std::string read_file_bytes(const std::filesystem::path& path);
 

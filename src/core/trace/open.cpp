@@ -7,6 +7,7 @@
 #include "common.h"
 #include "iser/error.h"
 #include "iser/trace.h"
+#include "zip.h"
 
 namespace iser {
 namespace {
@@ -101,10 +102,14 @@ TraceFormat detect_trace_format(const std::filesystem::path& path) {
   std::error_code ec;
   ISER_CHECK(std::filesystem::exists(path, ec), "{}: no such file or directory", path.string());
   if (std::filesystem::is_directory(path, ec)) {
-    ISER_CHECK(std::filesystem::exists(path / "meta_info.json", ec),
-               "{}: a directory must be a TensorRT-LLM dump (meta_info.json + rank<r>.safetensors)",
-               path.string());
-    return TraceFormat::kTrtllm;
+    if (std::filesystem::exists(path / "meta_info.json", ec)) return TraceFormat::kTrtllm;
+    for (const auto& entry : std::filesystem::directory_iterator(path)) {
+      if (entry.path().extension() == ".pt") return TraceFormat::kSglang;
+    }
+    throw Error(fmt::format(
+        "{}: a directory must be a TensorRT-LLM dump (meta_info.json + rank<r>.safetensors) or "
+        "SGLang per_pass / per_token dumps (one .pt file per rank)",
+        path.string()));
   }
   const std::string ext = path.extension().string();
   if (ext == ".safetensors") return TraceFormat::kSafetensors;
@@ -113,6 +118,7 @@ TraceFormat detect_trace_format(const std::filesystem::path& path) {
   if (ext == ".json") return TraceFormat::kSglang;
   // Unknown extension: sniff the content.
   const std::string head = head_of(path, 64);
+  if (trace::looks_like_zip(head)) return TraceFormat::kSglang;  // torch.save (.pt)
   if (head.rfind("layer,", 0) == 0) return TraceFormat::kCsv;
   const size_t first = head.find_first_not_of(" \t\r\n");
   if (first != std::string::npos && head[first] == '{') {
@@ -128,7 +134,19 @@ TraceData read_trace_data(const std::filesystem::path& path, const TraceOptions&
   if (format == TraceFormat::kAuto) format = detect_trace_format(path);
   const std::string name = path.string();
   if (format == TraceFormat::kTrtllm) return read_trtllm_dump(path, options);
+  std::error_code ec;
+  if (std::filesystem::is_directory(path, ec)) {
+    ISER_CHECK(format == TraceFormat::kSglang,
+               "{}: a directory is read as a TensorRT-LLM dump or SGLang .pt rank files, not as {}",
+               name, trace_format_name(format));
+    return read_torch_dump_dir(path, options);
+  }
   const std::string bytes = trace::read_file_bytes(path);
+  // torch.save files are zip archives, whichever engine wrote them (SGLang, vLLM tensors).
+  if (trace::looks_like_zip(bytes) &&
+      (format == TraceFormat::kSglang || format == TraceFormat::kVllm)) {
+    return parse_torch_trace(bytes, name, options);
+  }
   TraceData data;
   switch (format) {
     case TraceFormat::kSafetensors:

@@ -1,9 +1,7 @@
-// Readers for other tools' dumps: TensorRT-LLM expert statistics, SGLang expert distribution
-// JSON, and CSV histograms. Layouts are specified in docs/data.md.
+// Readers for other tools' dumps: SGLang expert distribution JSON and CSV histograms. Layouts
+// are specified in docs/data.md.
 #include <algorithm>
 #include <map>
-#include <regex>
-#include <set>
 
 #include <nlohmann/json.hpp>
 
@@ -17,26 +15,8 @@ namespace {
 
 using nlohmann::json;
 using trace::describe;
-
-std::optional<int64_t> json_int(const json& obj, std::initializer_list<const char*> keys,
-                                std::string_view name) {
-  for (const char* key : keys) {
-    const auto it = obj.find(key);
-    if (it == obj.end()) continue;
-    ISER_CHECK(it->is_number_integer(), "{}: field {} = {} is not an integer", name, key,
-               describe(*it));
-    return it->get<int64_t>();
-  }
-  return std::nullopt;
-}
-
-std::string json_string(const json& obj, std::initializer_list<const char*> keys) {
-  for (const char* key : keys) {
-    const auto it = obj.find(key);
-    if (it != obj.end() && it->is_string()) return it->get<std::string>();
-  }
-  return {};
-}
+using trace::json_int;
+using trace::json_string;
 
 // Appends a JSON array of E non-negative integers.
 void append_count_row(const json& row, int64_t num_experts, std::string_view name,
@@ -183,105 +163,6 @@ TraceData parse_csv_histograms(std::string_view text, std::string_view name,
   data.categories.emplace_back();
   data.histograms.push_back(std::move(counts));
   data.validate(name);
-  return data;
-}
-
-TraceData read_trtllm_dump(const std::filesystem::path& directory, const TraceOptions& options) {
-  const std::string dir = directory.string();
-  const auto meta_path = directory / "meta_info.json";
-  const std::string meta_text = trace::read_file_bytes(meta_path);
-  const json meta_json = json::parse(meta_text, nullptr, /*allow_exceptions=*/false);
-  ISER_CHECK(!meta_json.is_discarded() && meta_json.is_object(), "{}: not a valid JSON object",
-             meta_path.string());
-
-  TraceData data;
-  data.kind = TraceKind::kIterationCounts;
-  auto& meta = data.metadata;
-  meta.source = dir;
-  meta.num_experts = trace::resolve_num_experts(
-      meta_path.string(), options, json_int(meta_json, {"num_experts"}, meta_path.string()),
-      "num_experts");
-  meta.top_k = trace::resolve_top_k(
-      meta_path.string(), options,
-      json_int(meta_json, {"num_experts_per_token", "top_k"}, meta_path.string()),
-      "num_experts_per_token");
-  meta.model = json_string(meta_json, {"model"});
-  meta.dataset = json_string(meta_json, {"dataset"});
-
-  // rank{r}.safetensors for r = 0..P-1, nothing missing.
-  static const std::regex kRankFile(R"(rank(0|[1-9][0-9]{0,5})\.safetensors)");
-  std::set<int> ranks;
-  for (const auto& entry : std::filesystem::directory_iterator(directory)) {
-    std::smatch m;
-    const std::string file = entry.path().filename().string();
-    if (std::regex_match(file, m, kRankFile)) ranks.insert(std::stoi(m[1].str()));
-  }
-  ISER_CHECK(!ranks.empty(), "{}: no rank<r>.safetensors files", dir);
-  const int num_ranks = static_cast<int>(ranks.size());
-  ISER_CHECK(*ranks.rbegin() == num_ranks - 1 && num_ranks <= kMaxRanks,
-             "{}: rank files must be rank0..rank{} with none missing (found {} files, highest {})",
-             dir, num_ranks - 1, num_ranks, *ranks.rbegin());
-
-  static const std::regex kKey(R"((0|[1-9][0-9]{0,9})_(0|[1-9][0-9]{0,5}))");
-  // (iteration, layer) -> per-rank counts [P, E]
-  std::map<std::pair<int64_t, int64_t>, std::vector<int64_t>> cells;
-  const auto E = static_cast<size_t>(meta.num_experts);
-  for (int r = 0; r < num_ranks; ++r) {
-    const auto path = directory / fmt::format("rank{}.safetensors", r);
-    const std::string bytes = trace::read_file_bytes(path);
-    const auto view = trace::parse_safetensors(bytes, path.string());
-    ISER_CHECK(!view.tensors.empty(), "{}: no tensors", path.string());
-    size_t seen = 0;
-    for (const auto& t : view.tensors) {
-      std::smatch m;
-      ISER_CHECK(std::regex_match(t.name, m, kKey),
-                 "{}: tensor '{}' is not named '<iteration>_<layer>'", path.string(), t.name);
-      ISER_CHECK(t.shape.size() == 1 && static_cast<size_t>(t.shape[0]) == E,
-                 "{}: tensor '{}' has {} dimensions / {} entries, expected [E = {}]", path.string(),
-                 t.name, t.shape.size(), t.shape.empty() ? 0 : t.shape[0], E);
-      const std::pair key{std::stoll(m[1].str()), std::stoll(m[2].str())};
-      auto it = cells.find(key);
-      if (r == 0) {
-        it = cells.emplace(key, std::vector<int64_t>(num_ranks * E, -1)).first;
-      } else {
-        ISER_CHECK(it != cells.end(), "{}: tensor '{}' is absent from rank0.safetensors",
-                   path.string(), t.name);
-      }
-      const auto values = view.read_integers(t);
-      for (size_t e = 0; e < E; ++e) {
-        ISER_CHECK(values[e] >= 0, "{}: tensor '{}'[{}] = {} is negative", path.string(), t.name, e,
-                   values[e]);
-        it->second[r * E + e] = values[e];
-      }
-      ++seen;
-    }
-    ISER_CHECK(seen == cells.size(), "{}: {} tensors, rank0.safetensors has {}", path.string(),
-               seen, cells.size());
-  }
-  std::set<int64_t> iterations;
-  std::set<int64_t> layers;
-  for (const auto& [key, _] : cells) {
-    iterations.insert(key.first);
-    layers.insert(key.second);
-  }
-  ISER_CHECK(layers.size() <= static_cast<size_t>(trace::kMaxTraceLayers),
-             "{}: {} layers, limit {}", dir, layers.size(), trace::kMaxTraceLayers);
-  ISER_CHECK(cells.size() == iterations.size() * layers.size(),
-             "{}: {} (iteration, layer) keys do not cover {} iterations x {} layers", dir,
-             cells.size(), iterations.size(), layers.size());
-  meta.num_layers = static_cast<int>(layers.size());
-  data.num_iterations = static_cast<int64_t>(iterations.size());
-  data.num_ranks = num_ranks;
-  // std::map iterates (iteration, layer) in ascending order: exactly the [I, L, P, E] layout.
-  data.iteration_counts.reserve(cells.size() * num_ranks * E);
-  for (const auto& [key, values] : cells) {
-    data.iteration_counts.insert(data.iteration_counts.end(), values.begin(), values.end());
-  }
-  if (*layers.begin() != 0 || *layers.rbegin() != static_cast<int64_t>(layers.size()) - 1) {
-    meta.notes =
-        fmt::format("layer ids {} mapped to 0..{}", fmt::join(layers, ","), layers.size() - 1);
-  }
-  data.validate(dir);
   return data;
 }
 

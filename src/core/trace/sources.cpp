@@ -241,8 +241,46 @@ std::vector<int32_t> tokens_from_counts(const CountMatrix& counts, int tokens_pe
 
 }  // namespace trace
 
+std::vector<int> find_routeless_layers(const TraceData& data) {
+  const auto L = static_cast<size_t>(data.metadata.num_layers);
+  std::vector<bool> routed(L, false);
+  switch (data.kind) {
+    case TraceKind::kTokens: {
+      const size_t per_layer = data.topk_ids.size() / std::max<size_t>(L, 1);
+      for (size_t i = 0; i < data.topk_ids.size(); ++i) {
+        if (data.topk_ids[i] >= 0) routed[i / per_layer] = true;
+      }
+      break;
+    }
+    case TraceKind::kHistograms:
+    case TraceKind::kIterationCounts: {
+      // Both are [..., L, (P,) E] blocks repeated: the layer is the block index modulo L.
+      const size_t block = static_cast<size_t>(data.metadata.num_experts) *
+                           static_cast<size_t>(std::max(data.num_ranks, 1));
+      const auto scan = [&](const std::vector<int64_t>& counts, size_t block_size) {
+        for (size_t i = 0; i < counts.size(); ++i) {
+          if (counts[i] != 0) routed[(i / block_size) % L] = true;
+        }
+      };
+      if (data.kind == TraceKind::kHistograms) {
+        for (const auto& h : data.histograms)
+          scan(h, static_cast<size_t>(data.metadata.num_experts));
+      } else {
+        scan(data.iteration_counts, block);
+      }
+      break;
+    }
+  }
+  std::vector<int> out;
+  for (size_t l = 0; l < L; ++l) {
+    if (!routed[l]) out.push_back(static_cast<int>(l));
+  }
+  return out;
+}
+
 std::unique_ptr<RoutingSource> make_routing_source(TraceData data, const TraceOptions& options) {
   data.validate(data.metadata.source);
+  data.metadata.routeless_layers = find_routeless_layers(data);
   switch (data.kind) {
     case TraceKind::kTokens:
       return std::make_unique<trace::TokenSource>(std::move(data));
