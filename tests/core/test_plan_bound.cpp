@@ -70,7 +70,9 @@ TEST(PlanBound, NeverAbovePoliciesAndSolverPlans) {
       const CountMatrix counts = source->counts(0, 0, 8, 256);
       const PlanBound b = plan_bound(topo, counts, options);
       EXPECT_LE(b.combinatorial, b.lower);
-      if (b.upper) EXPECT_LE(b.lower, *b.upper);
+      if (b.upper) {
+        EXPECT_LE(b.lower, *b.upper);
+      }
       for (const std::string policy : {"iser", "halo-q", "none"}) {
         const auto p = make_policy(policy, topo);
         const PolicyResult r = p->plan(counts);

@@ -71,7 +71,9 @@ TEST_P(ProtocolStressTest, ValidatedSlotsHoldTheirOwnersBytes) {
   EXPECT_EQ(r.mismatches, 0u) << "a validated helper slot differed from its owner's bundle";
   EXPECT_EQ(r.validated, r.mapped_slots) << "the consumer checked other slots than the gate's";
   EXPECT_EQ(r.mapped_slots + r.invalidated_slots, r.planned_slots);
-  if (config.coupled) EXPECT_EQ(r.invalidated_slots, 0u);
+  if (config.coupled) {
+    EXPECT_EQ(r.invalidated_slots, 0u);
+  }
   EXPECT_EQ(r.fallback_routes, r.expected_fallback_routes);
   EXPECT_EQ(r.matrix_errors, 0);
   EXPECT_EQ(r.gate_errors, 0);
@@ -81,8 +83,8 @@ TEST_P(ProtocolStressTest, ValidatedSlotsHoldTheirOwnersBytes) {
 }
 
 INSTANTIATE_TEST_SUITE_P(Configs, ProtocolStressTest, ::testing::ValuesIn(stress_configs()),
-                         [](const ::testing::TestParamInfo<StressConfig>& info) {
-                           std::string name = info.param.name();
+                         [](const ::testing::TestParamInfo<StressConfig>& param_info) {
+                           std::string name = param_info.param.name();
                            for (char& ch : name) {
                              if (!std::isalnum(static_cast<unsigned char>(ch))) ch = '_';
                            }
