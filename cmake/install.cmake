@@ -17,7 +17,8 @@ set(iser_export_targets iser_core)
 
 # Headers of the CUDA part (installed only with it); the benchmark entry points (moe_bench.h)
 # are not public API.
-set(iser_cuda_headers gpu_planner.h runtime.h moe.h moe_layer.h moe_ep_layer.h moe_ep_graph.h)
+set(iser_cuda_headers gpu_planner.h runtime.h moe.h moe_layer.h moe_ep_layer.h moe_ep_graph.h
+                      slot_balancer.h)
 set(iser_private_headers moe_bench.h)
 
 if(ISER_WITH_CUDA AND TARGET iser_gpu)

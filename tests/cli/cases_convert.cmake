@@ -71,5 +71,6 @@ expect(convert_vllm_routed_needs_e nonzero "never guessed" convert
        --input ${engines}/vllm_routed_experts.safetensors --output ${out_dir}/x.safetensors)
 expect(convert_vllm_unnamed nonzero "no tensor says what it holds (have: load)" convert
        --input ${engines}/vllm_unnamed.safetensors --output ${out_dir}/x.safetensors --top-k 2)
+cli_requires(convert_sglang_stat)
 expect(replay_sglang_dense 0 "3 layers; 1 without routes left out: 0" replay
        --trace ${out_dir}/sglang_stat.safetensors --ep 2 --tokens-per-rank 8 --policies none)

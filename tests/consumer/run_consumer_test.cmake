@@ -23,8 +23,8 @@ if(NOT EXISTS ${WORK}/prefix/bin/iser)
   message(FATAL_ERROR "cmake --install did not install the iser CLI")
 endif()
 # The installed CLI replays the installed copy of the bundled data (not the source tree's).
-run("installed iser replay" ${WORK}/prefix/bin/iser replay -q --ep 8 --tokens-per-rank 256
-    --policies none,iser --layers 0-1)
+run("installed iser replay" ${WORK}/prefix/bin/iser replay -q --paper-e1 --ep 8
+    --tokens-per-rank 256 --iterations 1 --policies none,iser --layers 3,7)
 string(FIND "${out}" "${WORK}/prefix/share/iser/data/" pos)
 if(pos EQUAL -1)
   message(FATAL_ERROR "installed iser replay did not use ${WORK}/prefix/share/iser/data:\n${out}")

@@ -9,12 +9,12 @@
 
 #include <fmt/format.h>
 
+#include "bound_report.h"
 #include "commands.h"
 #include "iser/error.h"
 #include "iser/model.h"
 #include "iser/replay.h"
 #include "iser/trace.h"
-#include "bound_report.h"
 #include "replay_output.h"
 
 namespace iser::cli {
