@@ -13,6 +13,7 @@
 #include <cstdint>
 #include <cstdlib>
 #include <memory>
+#include <ostream>
 #include <random>
 #include <string>
 #include <vector>
@@ -50,6 +51,11 @@ struct StressConfig {
            (coupled ? "" : "/decoupled");
   }
 };
+
+// gtest prints parameters in test listings: the configuration's name, not its raw bytes.
+inline void PrintTo(const StressConfig& config, std::ostream* os) {
+  *os << config.name();
+}
 
 struct StressResult {
   int64_t generations = 0;
