@@ -29,11 +29,11 @@ def write_csv(path: Path, counts: np.ndarray):
 
 
 def write_vllm(path: Path, counts: np.ndarray):
-    """A plain safetensors file with one int64 [L, E] tensor (vLLM's expert load)."""
+    """A plain safetensors file with vLLM's expert load: int64 [L, E] `global_expert_load`."""
     data = counts.astype("<i8").tobytes()
     header = json.dumps({"__metadata__": {"top_k": str(K)},
-                         "expert_load": {"dtype": "I64", "shape": list(counts.shape),
-                                         "data_offsets": [0, len(data)]}}).encode()
+                         "global_expert_load": {"dtype": "I64", "shape": list(counts.shape),
+                                                "data_offsets": [0, len(data)]}}).encode()
     path.write_bytes(struct.pack("<Q", len(header)) + header + data)
 
 
