@@ -55,12 +55,18 @@ def read_trace(
     category: str = "",
     skip_rows: int = 0,
     skip_profile_rows: bool = False,
+    slot_map: Optional[PathLike] = None,
+    trtllm_raw: bool = False,
 ) -> Trace:
     """Reads routing data in any supported format (``format="auto"`` detects it). Keywords are
-    ``iser convert``'s flags; ``num_experts``/``top_k`` override or supply what the file lacks."""
+    ``iser convert``'s flags; ``num_experts``/``top_k`` override or supply what the file lacks;
+    ``slot_map`` maps a TensorRT-LLM load-balancer dump's slots to experts (JSON file),
+    ``trtllm_raw`` reads TensorRT-LLM's per-token ``_raw`` files."""
     fields = _core.read_trace(os.fspath(path), format=format, num_experts=num_experts, top_k=top_k,
                               category=category, skip_rows=skip_rows,
-                              skip_profile_rows=skip_profile_rows)
+                              skip_profile_rows=skip_profile_rows,
+                              slot_map=os.fspath(slot_map) if slot_map is not None else "",
+                              trtllm_raw=trtllm_raw)
     return Trace(**fields)
 
 
@@ -84,13 +90,16 @@ def convert(
     category: Optional[str] = None,
     skip_rows: int = 0,
     skip_profile_rows: bool = False,
+    slot_map: Optional[PathLike] = None,
+    trtllm_raw: bool = False,
     ids_dtype: str = "int32",
     counts_dtype: str = "int64",
 ) -> Trace:
     """``iser convert``: reads ``input`` in any supported format and writes canonical safetensors
     to ``output`` (the same bytes the CLI writes); returns the trace written."""
     trace = read_trace(input, format=format, num_experts=num_experts, top_k=top_k,
-                       skip_rows=skip_rows, skip_profile_rows=skip_profile_rows)
+                       skip_rows=skip_rows, skip_profile_rows=skip_profile_rows,
+                       slot_map=slot_map, trtllm_raw=trtllm_raw)
     if model:
         trace.metadata["model"] = model
     if dataset:

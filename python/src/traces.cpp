@@ -154,9 +154,10 @@ TraceData trace_from_fields(const nb::dict& d) {
 
 nb::dict read(const std::string& path, const std::string& format, std::optional<int> num_experts,
               std::optional<int> top_k, const std::string& category, int64_t skip_rows,
-              bool skip_profile_rows) {
-  const TraceOptions options =
-      make_options(num_experts, top_k, category, skip_rows, skip_profile_rows);
+              bool skip_profile_rows, const std::string& slot_map, bool trtllm_raw) {
+  TraceOptions options = make_options(num_experts, top_k, category, skip_rows, skip_profile_rows);
+  options.slot_map = slot_map;
+  options.trtllm_raw = trtllm_raw;
   const TraceFormat fmt = parse_trace_format(format);
   TraceData data;
   {
@@ -180,7 +181,8 @@ void write(const std::string& path, const nb::dict& fields, const std::string& i
 void bind_traces(nb::module_& m) {
   m.def("read_trace", &read, nb::arg("path"), nb::kw_only(), nb::arg("format") = "auto",
         nb::arg("num_experts") = nb::none(), nb::arg("top_k") = nb::none(),
-        nb::arg("category") = "", nb::arg("skip_rows") = 0, nb::arg("skip_profile_rows") = false);
+        nb::arg("category") = "", nb::arg("skip_rows") = 0, nb::arg("skip_profile_rows") = false,
+        nb::arg("slot_map") = "", nb::arg("trtllm_raw") = false);
   m.def("write_trace", &write, nb::arg("path"), nb::arg("fields"), nb::kw_only(),
         nb::arg("ids_dtype") = "int32", nb::arg("counts_dtype") = "int64");
 }

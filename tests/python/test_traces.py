@@ -140,3 +140,31 @@ def test_bad_traces(tmp_path, cli):
         iser.write_trace(tmp_path / "o.safetensors", out_of_range)
     with pytest.raises(iser.Error, match="dtype"):
         iser.write_trace(tmp_path / "o.safetensors", out_of_range, ids_dtype="int8")
+
+
+ENGINES = Path(__file__).resolve().parents[1] / "cli" / "data" / "engines"
+
+
+@pytest.mark.parametrize("name, flags", [
+    ("expert_distribution_recorder_1764633600.5.pt", {"top_k": 2}),
+    ("sglang_per_pass", {"top_k": 2}),
+    ("sglang_per_token", {}),
+    ("trtllm_pp", {}),
+    ("trtllm_adp", {"trtllm_raw": True}),
+    ("trtllm_lb", {"slot_map": ENGINES / "trtllm_lb_slot_map.json"}),
+    ("vllm_expert_load_window.safetensors", {"top_k": 2}),
+    ("vllm_global_expert_load.pt", {"top_k": 2}),
+])
+def test_engine_dumps_convert_like_the_cli(cli, tmp_path, name, flags):
+    """The engines' own dump layouts (tests/cli/data/engines) convert to the CLI's bytes."""
+    args = []
+    for key, value in flags.items():
+        args += ["--" + key.replace("_", "-")] + ([] if value is True else [value])
+    cli.run("convert", "-i", ENGINES / name, "-o", tmp_path / "cli.safetensors", *args)
+    iser.convert(ENGINES / name, tmp_path / "py.safetensors", **flags)
+    assert (tmp_path / "py.safetensors").read_bytes() == (tmp_path / "cli.safetensors").read_bytes()
+
+
+def test_load_balancer_dump_without_map_is_refused():
+    with pytest.raises(iser.Error, match="slot-map"):
+        iser.read_trace(ENGINES / "trtllm_lb", num_experts=8)
