@@ -56,15 +56,17 @@ bool overlaps_earlier(const Plan& plan, size_t num_broadcasts, int32_t expert, i
 
 // Room, cold members and eligibility of every aligned group, for the current loads: the finest
 // groups are scanned once and coarser groups add up their two halves (aligned groups nest).
-// Layout: level l's groups start at index 2^l − 1. The owner (above W) adds no room and is not
-// cold, so no group needs to exclude it explicitly.
+// Layout: with t LSA teams, level l's t·2^l groups start at index t·(2^l − 1) (t = 1: 2^l − 1),
+// in rank order, so group g of level l has children 2g and 2g + 1 at level l + 1. The owner
+// (above W) adds no room and is not cold, so no group needs to exclude it explicitly.
 void tally_groups(const Topology& topo, int32_t water, const std::vector<int32_t>& loads,
                   PlannerWorkspace& ws) {
   const int finest = topo.num_levels() - 1;
   const int size = topo.group_size(finest);
   const int num_finest = topo.num_groups(finest);
   const int S = topo.num_slots;
-  const size_t entries = 2 * static_cast<size_t>(num_finest) - 1;
+  const int num_teams = topo.num_teams();
+  const size_t entries = 2 * static_cast<size_t>(num_finest) - num_teams;
   ws.group_room.resize(entries);
   ws.group_cold.resize(entries);
   for (int g = 0; g < num_finest; ++g) {
@@ -79,13 +81,13 @@ void tally_groups(const Topology& topo, int32_t water, const std::vector<int32_t
       }
     }
     // NOTE: cold = -1 marks an ineligible group (some member has no free helper slot).
-    ws.group_room[num_finest - 1 + g] = room;
-    ws.group_cold[num_finest - 1 + g] = eligible ? cold : -1;
+    ws.group_room[num_finest - num_teams + g] = room;
+    ws.group_cold[num_finest - num_teams + g] = eligible ? cold : -1;
   }
   for (int level = finest - 1; level >= 0; --level) {
-    const int first = (1 << level) - 1;
-    const int child = (1 << (level + 1)) - 1;
-    for (int g = 0; g < (1 << level); ++g) {
+    const int first = topo.num_groups(level) - num_teams;
+    const int child = topo.num_groups(level + 1) - num_teams;
+    for (int g = 0; g < topo.num_groups(level); ++g) {
       const int32_t cold_a = ws.group_cold[child + 2 * g];
       const int32_t cold_b = ws.group_cold[child + 2 * g + 1];
       ws.group_room[first + g] = ws.group_room[child + 2 * g] + ws.group_room[child + 2 * g + 1];
@@ -96,15 +98,17 @@ void tally_groups(const Topology& topo, int32_t water, const std::vector<int32_t
 
 // The eligible group of `level` that absorbs the most of `give` (min(room, give)); ties: fewer
 // cold members (each burns a scarce receiving slot), then the lowest first rank. Groups meeting
-// an earlier group of the same expert are skipped.
-Choice best_group_at(const Topology& topo, int level, int32_t give, const PlannerWorkspace& ws,
-                     const Plan& plan, size_t num_broadcasts, int32_t expert, bool exported) {
+// an earlier group of the same expert are skipped. Only groups of the owner's LSA team count.
+Choice best_group_at(const Topology& topo, int level, int owner, int32_t give,
+                     const PlannerWorkspace& ws, const Plan& plan, size_t num_broadcasts,
+                     int32_t expert, bool exported) {
   const int size = topo.group_size(level);
-  const int first = (1 << level) - 1;
+  const int first = topo.num_groups(level) - topo.num_teams();
   Choice best{level, 0, -1};
   int32_t best_absorbed = 0;
   int32_t best_cold = 0;
-  for (int g = 0; g < (1 << level); ++g) {
+  const int g_first = topo.first_group_of_team(level, owner);
+  for (int g = g_first; g < g_first + topo.groups_per_team(level); ++g) {
     const int32_t room = ws.group_room[first + g];
     const int32_t cold = ws.group_cold[first + g];
     if (cold < 0 || room <= 0) continue;
@@ -173,7 +177,7 @@ void place_room_aware(const Topology& topo, const HaloQOptions& options, int32_t
     tally_groups(topo, T, L, ws);
     for (int level = 0; level < num_levels; ++level) {
       per_level[level] =
-          best_group_at(topo, level, give, ws, plan, num_broadcasts, e, latest[e] >= 0);
+          best_group_at(topo, level, o, give, ws, plan, num_broadcasts, e, latest[e] >= 0);
       best_absorbed = std::max(best_absorbed, std::min(per_level[level].room, give));
     }
     if (best_absorbed <= 0) {

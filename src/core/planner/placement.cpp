@@ -7,7 +7,9 @@
 //    != 0), never as (a + b - 1) / b.
 //  - "largest L above T" means L[o] > T strictly.
 //  - "wanted level = finest level whose group size >= need": level 0 (size P) always qualifies
-//    because mass <= Σ L <= P·T.
+//    because mass <= Σ L <= P·T. With LSA teams level 0 is one team and may be smaller than
+//    need; the walk then starts at level 0.
+//  - Groups are only ever searched inside the owner's LSA team (docs/design.md §3).
 //  - room(G) counts members other than the owner; the owner's own deficit never counts.
 //  - q[o] = mass − moved (docs/design.md §4.2, step 6).
 //  - "coldest first by L before this step": members sorted by (L, rank) ascending, with L as it
@@ -68,8 +70,9 @@ GroupChoice best_group(const Topology& topo, int level, int owner, int32_t targe
   const int size = topo.group_size(level);
   const int S = topo.num_slots;
   GroupChoice best{level, 0, -1};
-  int g_first = 0;
-  int g_last = topo.num_groups(level);
+  // An owner replicates only inside its own LSA team (all groups when there is one team).
+  int g_first = topo.first_group_of_team(level, owner);
+  int g_last = g_first + topo.groups_per_team(level);
   if (options.owner_in_group) {
     g_first = topo.group_of(level, owner);
     g_last = g_first + 1;

@@ -12,7 +12,8 @@
 //     p2p-limited only: if o already sent S copies, freeze o and continue.
 //     e = o's home expert with the largest rest[e] > 0 that is not exhausted (ties: smaller id);
 //         none -> freeze o and continue.
-//     m = the rank != o with the smallest L < T that has a free helper slot and holds no replica
+//     m = the rank != o of o's LSA team with the smallest L < T that has a free helper slot and
+//     holds no replica
 //         of e (ties: lowest rank); none -> mark e exhausted and continue.
 //     move = min(L[o] - T, T - L[m], rest[e]) (> 0); copy e to m's next free helper slot;
 //     m computes `move` routes of e; L[o] -= move, L[m] += move, rest[e] -= move.
@@ -97,6 +98,7 @@ class P2pPolicy final : public Policy {
       int m = -1;
       for (int r = 0; r < P; ++r) {
         if (r == o || load[r] >= target || static_cast<int>(replicas[r].size()) >= S) continue;
+        if (topo_.team_of(r) != topo_.team_of(o)) continue;  // copies stay inside the LSA team
         if (std::find(replicas[r].begin(), replicas[r].end(), e) != replicas[r].end()) continue;
         if (m < 0 || load[r] < load[m]) m = r;
       }
