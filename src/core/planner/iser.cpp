@@ -59,8 +59,7 @@ bool overlaps_earlier(const Plan& plan, size_t num_broadcasts, int32_t expert, i
 // Layout: with t LSA teams, level l's t·2^l groups start at index t·(2^l − 1) (t = 1: 2^l − 1),
 // in rank order, so group g of level l has children 2g and 2g + 1 at level l + 1. The owner
 // (above W) adds no room and is not cold, so no group needs to exclude it explicitly.
-void tally_groups(const Topology& topo, int32_t water, const std::vector<int32_t>& loads,
-                  PlannerWorkspace& ws) {
+void tally_groups(const Topology& topo, const std::vector<int32_t>& loads, PlannerWorkspace& ws) {
   const int finest = topo.num_levels() - 1;
   const int size = topo.group_size(finest);
   const int num_finest = topo.num_groups(finest);
@@ -73,6 +72,7 @@ void tally_groups(const Topology& topo, int32_t water, const std::vector<int32_t
     int32_t room = 0;
     int32_t cold = 0;
     bool eligible = true;
+    const int32_t water = ws.team_water[topo.team_of(g * size)];
     for (int m = g * size; m < (g + 1) * size; ++m) {
       eligible = eligible && ws.recv_used[m] < S;
       if (loads[m] < water) {
@@ -126,16 +126,17 @@ Choice best_group_at(const Topology& topo, int level, int owner, int32_t give,
 
 namespace {
 
-// The room-aware placement with water level W = T + slack (plan.target stays T): owners above W
-// export, members fill up to W.
+// The room-aware placement with water level W = T + slack (plan.target stays T; per LSA team, see
+// team_water_levels): owners above W export, members fill up to W.
 void place_room_aware(const Topology& topo, const HaloQOptions& options, int32_t slack_divisor,
                       PlannerWorkspace& ws, Plan& plan) {
   const int32_t target = plan.target;
-  const int32_t T = target + (slack_divisor > 0 ? target / slack_divisor : 0);
   const int P = topo.num_ranks;
   const int H = topo.experts_per_rank();
   const int S = topo.num_slots;
   std::vector<int32_t>& L = plan.loads;
+  // W per LSA team (team_water_levels): T + T/d with one team.
+  team_water_levels(topo, target, slack_divisor, L, ws);
 
   // share[e]: routes of e the owner still computes; spent[e]: no group had room for e.
   std::vector<int32_t>& share = ws.candidates;
@@ -154,9 +155,10 @@ void place_room_aware(const Topology& topo, const HaloQOptions& options, int32_t
   for (int64_t pass = 0; pass < max_passes; ++pass) {
     int o = -1;
     for (int r = 0; r < P; ++r) {
-      if (!ws.frozen[r] && L[r] > T && (o < 0 || L[r] > L[o])) o = r;
+      if (!ws.frozen[r] && L[r] > ws.team_water[topo.team_of(r)] && (o < 0 || L[r] > L[o])) o = r;
     }
     if (o < 0) break;
+    const int32_t T = ws.team_water[topo.team_of(o)];
     if (ws.send_used[o] >= S) {
       ws.frozen[o] = 1;
       continue;
@@ -174,7 +176,7 @@ void place_room_aware(const Topology& topo, const HaloQOptions& options, int32_t
     // Level choice: the finest level absorbing >= 7/8 of the best absorbable amount.
     Choice per_level[32];
     int32_t best_absorbed = 0;
-    tally_groups(topo, T, L, ws);
+    tally_groups(topo, L, ws);
     for (int level = 0; level < num_levels; ++level) {
       per_level[level] =
           best_group_at(topo, level, o, give, ws, plan, num_broadcasts, e, latest[e] >= 0);
