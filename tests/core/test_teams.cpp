@@ -3,6 +3,8 @@
 // 9 x 8, non-power-of-two teams).
 #include <gtest/gtest.h>
 
+#include <algorithm>
+
 #include "core/planner/synthetic_counts.h"
 #include "iser/error.h"
 #include "iser/policy.h"
@@ -129,23 +131,27 @@ INSTANTIATE_TEST_SUITE_P(Splits, TeamSplits,
                                               split.param.g_min);
                          });
 
-TEST(Teams, TeamsReplicateOnlyWhereOneTeamWouldCrossThem) {
-  // All load on team 0's first rank: with one team of 16 the hot expert may spread over all
-  // ranks; with 2 x 8 it stays in ranks 0..7 and the iser plan is still valid.
+TEST(Teams, AHotTeamFillsUpToItsOwnMean) {
+  // 1,600 routes of expert 0 (owner 0): with one team of 16 they spread to T = 100 per rank;
+  // with 2 x 8 they stay in ranks 0..7, whose water level is the team's mean, 200 (not T, which
+  // would leave 900 on the owner).
   CountMatrix counts(16, 64);
   for (int r = 0; r < 16; ++r) counts.at(r, 0) = 100;
-  const Topology teams = Topology::make(16, 64, 4, 4, 8);
-  const auto policy = make_policy("iser", teams, {});
-  const PolicyResult result = policy->plan(counts);
-  ASSERT_FALSE(result.plan.broadcasts.empty());
-  EXPECT_EQ(test_util::team_plan_failure(teams, counts, *policy, result), "");
-  for (const Broadcast& b : result.plan.broadcasts) {
-    EXPECT_LE(b.group_begin + b.group_size, 8);
+  for (const int lsa_size : {16, 8}) {
+    const Topology topo = Topology::make(16, 64, 4, 4, lsa_size);
+    for (const std::string name : {"halo-q", "iser", "p2p"}) {
+      const auto policy = make_policy(name, topo, {});
+      const PolicyResult result = policy->plan(counts);
+      ASSERT_FALSE(result.plan.broadcasts.empty()) << name;
+      EXPECT_EQ(test_util::team_plan_failure(topo, counts, *policy, result), "");
+      const int32_t max_load =
+          *std::max_element(result.plan.loads.begin(), result.plan.loads.end());
+      EXPECT_EQ(max_load, 1600 / lsa_size) << name << " lsa_size " << lsa_size;
+      for (const Broadcast& b : result.plan.broadcasts) {
+        EXPECT_LE(b.group_begin + b.group_size, lsa_size) << name;
+      }
+    }
   }
-  // The team holds 1,600 routes on 8 ranks: the best it can do is 200 per team rank.
-  int max_load = 0;
-  for (const int32_t l : result.plan.loads) max_load = std::max(max_load, l);
-  EXPECT_GE(max_load, 200);
 }
 
 }  // namespace
