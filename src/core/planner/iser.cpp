@@ -249,13 +249,18 @@ void plan_iser(const Topology& topo, const CountMatrix& counts, const HaloQOptio
   //  2. HALO-Q's placement (wins on some mild workloads, where its need-based levels spread hot
   //     experts wider), so iser is never worse than halo-q in max load;
   //  3. for each slack divisor d of the ladder in turn (256, 128, 64, 32; planner.h), only when the
-  //     best so far ends above T + T/d: the room-aware placement with water level T + T/d.
-  //     Members may then exceed T by up to 1/d, which lets one broadcast absorb a whole give where
-  //     slots are scarce (S = 2 under heavy skew, or EP64 with four home experts per rank); the
-  //     finest slack that works wins, and a coarser one runs only where the finer ones failed.
+  //     best so far ends above T + T/d (T: the highest team water level with LSA teams): the
+  //     room-aware placement with water level T + T/d. Members may then exceed T by up to 1/d,
+  //     which lets one broadcast absorb a whole give where slots are scarce (S = 2 under heavy
+  //     skew, or EP64 with four home experts per rank); the finest slack that works wins, and a
+  //     coarser one runs only where the finer ones failed.
   // Counts are checked and hist / home loads computed once; each candidate starts from them.
   prepare_loads(topo, counts, ws, plan);
   ws.home_loads = plan.loads;
+  // The level the ladder compares with: T, or with LSA teams the highest team water level (a hot
+  // team cannot get below its own mean, so T alone would run every ladder step there).
+  team_water_levels(topo, plan.target, 0, plan.loads, ws);
+  const int32_t reachable = *std::max_element(ws.team_water.begin(), ws.team_water.end());
   auto start_alternative = [&] {
     ws.alternative.num_ranks = plan.num_ranks;
     ws.alternative.num_experts = plan.num_experts;
@@ -281,7 +286,7 @@ void plan_iser(const Topology& topo, const CountMatrix& counts, const HaloQOptio
   keep_better();
   for (int32_t divisor = kIserSlackDivisorFinest; divisor >= kIserSlackDivisorCoarsest;
        divisor /= 2) {
-    if (max_load(plan) > plan.target + plan.target / divisor) {
+    if (max_load(plan) > reachable + reachable / divisor) {
       start_alternative();
       place_room_aware(topo, options, divisor, ws, ws.alternative);
       keep_better();
