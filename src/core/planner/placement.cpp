@@ -7,8 +7,8 @@
 //    != 0), never as (a + b - 1) / b.
 //  - "largest L above T" means L[o] > T strictly.
 //  - "wanted level = finest level whose group size >= need": level 0 (size P) always qualifies
-//    because mass <= Σ L <= P·T. With LSA teams level 0 is one team and may be smaller than
-//    need; the walk then starts at level 0.
+//    because mass <= Σ L <= P·T. With LSA teams level 0 is the owner's team and T its water
+//    level W (below), and it still qualifies: mass <= the team's routes <= lsa_size·W.
 //  - Groups are only ever searched inside the owner's LSA team (docs/design.md §3).
 //  - room(G) counts members other than the owner; the owner's own deficit never counts.
 //  - q[o] = mass − moved (docs/design.md §4.2, step 6).
