@@ -134,8 +134,10 @@ class GpuPlanner {
  public:
   // max_routes_per_rank: largest tau * k one row of count()/rewrite() carries; max_rows: most
   // rows (ranks x invocations) one count()/rewrite_all() call handles. Throws iser::Error when
-  // the topology or the routes are beyond the limits above. Returns with its device state
-  // initialised (it waits for its own set-up on the default stream), so any stream may use it.
+  // the topology or the routes are beyond the limits above, or when the topology has more than
+  // one LSA team (lsa_size < P: the GPU planner has no teams; plan on the CPU). Returns with its
+  // device state initialised (it waits for its own set-up on the default stream), so any stream may
+  // use it.
   GpuPlanner(const Topology& topo, int max_routes_per_rank, const GpuPlannerOptions& options = {},
              int max_rows = 1);
   ~GpuPlanner();

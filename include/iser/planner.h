@@ -62,6 +62,7 @@ struct PlannerWorkspace {
   std::vector<int32_t> group_room;      // iser: room per aligned group (all levels)
   std::vector<int32_t> group_cold;      // iser: cold members per group, -1 = ineligible
   std::vector<int32_t> home_loads;      // iser: home loads shared by its candidate placements
+  std::vector<int32_t> team_water;      // [P / lsa_size] water level per LSA team
   Plan alternative;                     // iser: the candidate placement being compared
   std::vector<int32_t> repair;          // repair: own routes, quotas, spare counts, pairs
 };

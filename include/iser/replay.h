@@ -51,6 +51,8 @@ struct ReplayConfig {
   int tokens_per_rank = 8192;
   int num_slots = 4;
   int g_min = kDefaultGMin;
+  // LSA team size (Topology::lsa_size); 0: one team per EP degree. Must divide every EP degree.
+  int lsa_size = 0;
   std::vector<std::string> policies;  // empty: every available policy
   std::vector<int> layers;            // empty: every layer
   // Measured iterations per layer (after the warm-up): token traces default to every full

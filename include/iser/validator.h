@@ -24,6 +24,9 @@ struct ValidationOptions {
   // Plan loads equal home loads plus quotas. Static placements (eplb) turn this off: their loads
   // come from the placement's flows, which the plan's broadcasts do not describe.
   bool loads_from_quotas = true;
+  // With several LSA teams (lsa_size < P), every broadcast's hosts (group and owner) lie in one
+  // team. `all-rank` turns this off: it copies to every rank and ignores teams.
+  bool require_team_local = true;
 };
 
 // Returns one human-readable line per violated invariant; empty means the plan is valid.

@@ -120,8 +120,8 @@ void run_layer_task(const RoutingSource& source, const ReplayConfig& config,
   const int layer_idx = result.layers[task.layer_pos];
   const int64_t warmup = result.warmup_iterations;
   const int64_t num_iterations = warmup + result.iterations_per_ep[task.ep_idx];
-  const Topology topo =
-      Topology::make(ep, source.metadata().num_experts, config.num_slots, config.g_min);
+  const Topology topo = Topology::make(ep, source.metadata().num_experts, config.num_slots,
+                                       config.g_min, config.lsa_size);
   std::vector<CountMatrix> counts;
   counts.reserve(static_cast<size_t>(num_iterations));
   for (int64_t i = 0; i < num_iterations; ++i) {
@@ -315,8 +315,9 @@ ReplayResult run_replay(const RoutingSource& source, const ReplayConfig& config)
         config.num_slots * config.cost_model->banks / config.cost_model->num_moe_layers;
   }
   for (const int ep : config.ep_degrees) {
-    // Validates P, E, S and g_min before any work (clear error naming the value).
-    const Topology topo = Topology::make(ep, meta.num_experts, config.num_slots, config.g_min);
+    // Validates P, E, S, g_min and lsa_size before any work (clear error naming the value).
+    const Topology topo =
+        Topology::make(ep, meta.num_experts, config.num_slots, config.g_min, config.lsa_size);
     for (const auto& name : result.policies) make_policy(name, topo, config.policy_options);
     const auto available = source.num_iterations(ep, config.tokens_per_rank);
     const int64_t warmup = result.warmup_iterations;

@@ -21,6 +21,7 @@ std::string replay_to_json(const ReplayResult& result, int indent) {
       {"tokens_per_rank", c.tokens_per_rank},
       {"slots", c.num_slots},
       {"g_min", c.g_min},
+      {"lsa_size", c.lsa_size > 0 ? nlohmann::json(c.lsa_size) : nlohmann::json(nullptr)},
       {"policies", result.policies},
       {"layers", result.layer_ids},
       {"iterations", result.iterations_per_ep},

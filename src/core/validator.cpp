@@ -63,6 +63,16 @@ bool check_broadcast_shape(const Topology& topo, const Broadcast& b, size_t b_id
             b.group_begin, b.group_begin + b.group_size, b.level, topo.group_size(b.level));
     }
   }
+  if (options.require_team_local && topo.num_teams() > 1) {
+    const int team = topo.team_of(b.owner);
+    if (topo.team_of(b.group_begin) != team ||
+        topo.team_of(b.group_begin + b.group_size - 1) != team) {
+      v.add(
+          "broadcast {}: hosts (group [{}, {}) + owner {}) span more than one LSA team of {} "
+          "ranks",
+          b_idx, b.group_begin, b.group_begin + b.group_size, b.owner, topo.team_size());
+    }
+  }
   if (b.mode == TransportMode::kOwnerDirect && !b.owner_in_group()) {
     v.add("broadcast {}: owner-direct transport but owner {} is outside group [{}, {})", b_idx,
           b.owner, b.group_begin, b.group_begin + b.group_size);

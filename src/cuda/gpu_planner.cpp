@@ -71,6 +71,11 @@ std::string limit_violation(const Topology& topo, int64_t max_routes_per_rank) {
     return fmt::format("GPU planner: S = {} helper slots outside [0, {}]", S, kGpuMaxSlots);
   }
   if (topo.g_min < 1) return fmt::format("GPU planner: g_min = {} must be >= 1", topo.g_min);
+  if (topo.num_teams() != 1) {
+    return fmt::format(
+        "GPU planner: LSA teams are not supported (lsa_size = {} < P = {}); plan on the CPU",
+        topo.team_size(), P);
+  }
   if (max_routes_per_rank < 1 || max_routes_per_rank > kGpuMaxRoutesPerRank) {
     return fmt::format("GPU planner: max routes per rank (tau * k) = {} outside [1, {}]",
                        max_routes_per_rank, kGpuMaxRoutesPerRank);

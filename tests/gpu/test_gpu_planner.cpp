@@ -7,6 +7,7 @@
 
 #include <algorithm>
 #include <filesystem>
+#include <string>
 #include <utility>
 #include <vector>
 
@@ -36,6 +37,22 @@ TEST(GpuPlannerLimits, RejectedOnTheHost) {
   GpuPlannerOptions negative;
   negative.min_move = -1;
   EXPECT_THROW(GpuPlanner(Topology::make(8, 384, 4), 1024, negative), Error);
+}
+
+TEST(GpuPlannerLimits, RefusesLsaTeams) {
+  // The GPU planner has no LSA teams: more than one team is refused on the host, naming the
+  // team size; one team of P (explicit or default) is accepted.
+  const Topology teams = Topology::make(16, 384, 4, 4, 8);
+  EXPECT_FALSE(gpu_planner_covers("halo-q", teams, 1024));
+  EXPECT_TRUE(gpu_planner_covers("halo-q", Topology::make(16, 384, 4, 4, 16), 1024));
+  std::string message;
+  try {
+    GpuPlanner planner(teams, 1024);
+  } catch (const Error& e) {
+    message = e.what();
+  }
+  EXPECT_NE(message.find("LSA teams are not supported (lsa_size = 8 < P = 16)"), std::string::npos)
+      << message;
 }
 
 TEST(GpuPlanLayout, BoundsAndHostDecoding) {

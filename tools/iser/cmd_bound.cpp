@@ -53,6 +53,7 @@ struct BoundArgs {
   std::string counts_path;
   int slots = 2;
   int g_min = kDefaultGMin;
+  int lsa_size = 0;  // 0: one team of P
   double time_limit = 10.0;
   std::string policies = "iser,halo-q";
 };
@@ -80,8 +81,8 @@ std::vector<std::string> split_commas(const std::string& text) {
 
 void run_bound(const BoundArgs& args) {
   const CountMatrix counts = read_counts(args.counts_path);
-  const Topology topo =
-      Topology::make(counts.num_ranks(), counts.num_experts(), args.slots, args.g_min);
+  const Topology topo = Topology::make(counts.num_ranks(), counts.num_experts(), args.slots,
+                                       args.g_min, args.lsa_size);
   BoundOptions options;
   options.time_limit_s = args.time_limit;
   const PlanBound bound = plan_bound(topo, counts, options);
@@ -152,6 +153,9 @@ void add_bound_command(CLI::App& app) {
       ->check(CLI::Range(0, kMaxSlots))
       ->capture_default_str();
   cmd->add_option("--g-min", args->g_min, "smallest aligned group size")->capture_default_str();
+  cmd->add_option("--lsa-size", args->lsa_size,
+                  "LSA team size: groups stay inside teams of this many consecutive ranks")
+      ->check(CLI::Range(1, kMaxRanks));
   cmd->add_option("--time-limit", args->time_limit,
                   "solver seconds; past it the bound is the solver's proven dual bound")
       ->check(CLI::PositiveNumber)
@@ -169,8 +173,8 @@ void print_bound_gaps(const RoutingSource& source, const ReplayResult& result, d
              config.num_slots);
   for (size_t i = 0; i < config.ep_degrees.size(); ++i) {
     const int P = config.ep_degrees[i];
-    const Topology topo =
-        Topology::make(P, result.metadata.num_experts, config.num_slots, config.g_min);
+    const Topology topo = Topology::make(P, result.metadata.num_experts, config.num_slots,
+                                         config.g_min, config.lsa_size);
     double sum_r = 0;
     int64_t n = 0, optimal = 0, solver_bound = 0;
     for (const int layer : result.layers) {

@@ -19,6 +19,7 @@ struct PlanArgs {
   std::string counts_path;
   int slots = 4;
   int g_min = kDefaultGMin;
+  int lsa_size = 0;  // 0: one team of P
   std::string policy = "halo-q";
   int min_move = 0;
   bool json = false;
@@ -46,6 +47,9 @@ std::string join(const std::vector<int32_t>& xs) {
 void print_table(const Topology& topo, const Plan& plan, std::string_view policy) {
   fmt::print("policy {}  P = {}  E = {}  S = {}  g_min = {}  T = {}\n", policy, topo.num_ranks,
              topo.num_experts, topo.num_slots, topo.g_min, plan.target);
+  if (topo.num_teams() > 1) {
+    fmt::print("LSA teams: {} x {} ranks\n", topo.num_teams(), topo.team_size());
+  }
   fmt::print("loads: {}\n", join(plan.loads));
   fmt::print("{} broadcasts\n", plan.broadcasts.size());
   if (plan.broadcasts.empty()) return;
@@ -63,8 +67,8 @@ void print_table(const Topology& topo, const Plan& plan, std::string_view policy
 
 void run_plan(const PlanArgs& args) {
   const CountMatrix counts = counts_from_json(read_json(args.counts_path), args.counts_path);
-  const Topology topo =
-      Topology::make(counts.num_ranks(), counts.num_experts(), args.slots, args.g_min);
+  const Topology topo = Topology::make(counts.num_ranks(), counts.num_experts(), args.slots,
+                                       args.g_min, args.lsa_size);
   PolicyOptions options;
   options.min_move = args.min_move;
   const auto policy = make_policy(args.policy, topo, options);
@@ -73,6 +77,7 @@ void run_plan(const PlanArgs& args) {
   if (args.json) {
     auto j = plan_to_json(result.plan);
     j["policy"] = args.policy;
+    if (args.lsa_size > 0) j["lsa_size"] = args.lsa_size;
     if (args.validate) j["valid"] = true;
     fmt::print("{}\n", j.dump(2));
   } else {
@@ -91,6 +96,10 @@ void add_plan_command(CLI::App& app) {
       ->required();
   cmd->add_option("--slots", args->slots, "helper slots per rank (S)")->capture_default_str();
   cmd->add_option("--g-min", args->g_min, "smallest aligned group size")->capture_default_str();
+  cmd->add_option("--lsa-size", args->lsa_size,
+                  "LSA team size: groups stay inside teams of this many consecutive ranks "
+                  "(must divide P; default: one team)")
+      ->check(CLI::Range(1, kMaxRanks));
   cmd->add_option("--policy", args->policy, "planning policy (see `iser plan --help`)")
       ->capture_default_str();
   cmd->add_option("--min-move", args->min_move,

@@ -242,6 +242,10 @@ void add_replay_command(CLI::App& app) {
       ->check(CLI::Range(0, kMaxSlots));
   cmd->add_option("--g-min", args->config.g_min, "Smallest aligned group size")
       ->check(CLI::Range(1, kMaxRanks));
+  cmd->add_option("--lsa-size", args->config.lsa_size,
+                  "LSA team size: replication groups stay inside teams of this many consecutive "
+                  "ranks (must divide every EP degree; default: one team)")
+      ->check(CLI::Range(1, kMaxRanks));
   cmd->add_option("--policies", args->policies,
                   "Comma-separated policies, or 'all' (default: none, eplb, eplb-window, "
                   "eplb-equal-mem, halo-q, iser, oracle)");

@@ -141,7 +141,9 @@ void solve_program(const Topology& topo, const std::vector<int64_t>& hist,
       if (r != o) cover_row[r] = prog.add_row(-1e30, 0);
     }
     for (int level = 0; level < topo.num_levels(); ++level) {
-      for (int g = 0; g < topo.num_groups(level); ++g) {
+      // Only groups of the owner's LSA team (all groups with one team).
+      const int g_first = topo.first_group_of_team(level, o);
+      for (int g = g_first; g < g_first + topo.groups_per_team(level); ++g) {
         const int begin = topo.group_begin(level, g);
         const int size = topo.group_size(level);
         if (size == 1 && begin == o) continue;

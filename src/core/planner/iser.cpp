@@ -56,21 +56,23 @@ bool overlaps_earlier(const Plan& plan, size_t num_broadcasts, int32_t expert, i
 
 // Room, cold members and eligibility of every aligned group, for the current loads: the finest
 // groups are scanned once and coarser groups add up their two halves (aligned groups nest).
-// Layout: level l's groups start at index 2^l − 1. The owner (above W) adds no room and is not
-// cold, so no group needs to exclude it explicitly.
-void tally_groups(const Topology& topo, int32_t water, const std::vector<int32_t>& loads,
-                  PlannerWorkspace& ws) {
+// Layout: with t LSA teams, level l's t·2^l groups start at index t·(2^l − 1) (t = 1: 2^l − 1),
+// in rank order, so group g of level l has children 2g and 2g + 1 at level l + 1. The owner
+// (above W) adds no room and is not cold, so no group needs to exclude it explicitly.
+void tally_groups(const Topology& topo, const std::vector<int32_t>& loads, PlannerWorkspace& ws) {
   const int finest = topo.num_levels() - 1;
   const int size = topo.group_size(finest);
   const int num_finest = topo.num_groups(finest);
   const int S = topo.num_slots;
-  const size_t entries = 2 * static_cast<size_t>(num_finest) - 1;
+  const int num_teams = topo.num_teams();
+  const size_t entries = 2 * static_cast<size_t>(num_finest) - num_teams;
   ws.group_room.resize(entries);
   ws.group_cold.resize(entries);
   for (int g = 0; g < num_finest; ++g) {
     int32_t room = 0;
     int32_t cold = 0;
     bool eligible = true;
+    const int32_t water = ws.team_water[topo.team_of(g * size)];
     for (int m = g * size; m < (g + 1) * size; ++m) {
       eligible = eligible && ws.recv_used[m] < S;
       if (loads[m] < water) {
@@ -79,13 +81,13 @@ void tally_groups(const Topology& topo, int32_t water, const std::vector<int32_t
       }
     }
     // NOTE: cold = -1 marks an ineligible group (some member has no free helper slot).
-    ws.group_room[num_finest - 1 + g] = room;
-    ws.group_cold[num_finest - 1 + g] = eligible ? cold : -1;
+    ws.group_room[num_finest - num_teams + g] = room;
+    ws.group_cold[num_finest - num_teams + g] = eligible ? cold : -1;
   }
   for (int level = finest - 1; level >= 0; --level) {
-    const int first = (1 << level) - 1;
-    const int child = (1 << (level + 1)) - 1;
-    for (int g = 0; g < (1 << level); ++g) {
+    const int first = topo.num_groups(level) - num_teams;
+    const int child = topo.num_groups(level + 1) - num_teams;
+    for (int g = 0; g < topo.num_groups(level); ++g) {
       const int32_t cold_a = ws.group_cold[child + 2 * g];
       const int32_t cold_b = ws.group_cold[child + 2 * g + 1];
       ws.group_room[first + g] = ws.group_room[child + 2 * g] + ws.group_room[child + 2 * g + 1];
@@ -96,15 +98,17 @@ void tally_groups(const Topology& topo, int32_t water, const std::vector<int32_t
 
 // The eligible group of `level` that absorbs the most of `give` (min(room, give)); ties: fewer
 // cold members (each burns a scarce receiving slot), then the lowest first rank. Groups meeting
-// an earlier group of the same expert are skipped.
-Choice best_group_at(const Topology& topo, int level, int32_t give, const PlannerWorkspace& ws,
-                     const Plan& plan, size_t num_broadcasts, int32_t expert, bool exported) {
+// an earlier group of the same expert are skipped. Only groups of the owner's LSA team count.
+Choice best_group_at(const Topology& topo, int level, int owner, int32_t give,
+                     const PlannerWorkspace& ws, const Plan& plan, size_t num_broadcasts,
+                     int32_t expert, bool exported) {
   const int size = topo.group_size(level);
-  const int first = (1 << level) - 1;
+  const int first = topo.num_groups(level) - topo.num_teams();
   Choice best{level, 0, -1};
   int32_t best_absorbed = 0;
   int32_t best_cold = 0;
-  for (int g = 0; g < (1 << level); ++g) {
+  const int g_first = topo.first_group_of_team(level, owner);
+  for (int g = g_first; g < g_first + topo.groups_per_team(level); ++g) {
     const int32_t room = ws.group_room[first + g];
     const int32_t cold = ws.group_cold[first + g];
     if (cold < 0 || room <= 0) continue;
@@ -122,16 +126,17 @@ Choice best_group_at(const Topology& topo, int level, int32_t give, const Planne
 
 namespace {
 
-// The room-aware placement with water level W = T + slack (plan.target stays T): owners above W
-// export, members fill up to W.
+// The room-aware placement with water level W = T + slack (plan.target stays T; per LSA team, see
+// team_water_levels): owners above W export, members fill up to W.
 void place_room_aware(const Topology& topo, const HaloQOptions& options, int32_t slack_divisor,
                       PlannerWorkspace& ws, Plan& plan) {
   const int32_t target = plan.target;
-  const int32_t T = target + (slack_divisor > 0 ? target / slack_divisor : 0);
   const int P = topo.num_ranks;
   const int H = topo.experts_per_rank();
   const int S = topo.num_slots;
   std::vector<int32_t>& L = plan.loads;
+  // W per LSA team (team_water_levels): T + T/d with one team.
+  team_water_levels(topo, target, slack_divisor, L, ws);
 
   // share[e]: routes of e the owner still computes; spent[e]: no group had room for e.
   std::vector<int32_t>& share = ws.candidates;
@@ -150,9 +155,10 @@ void place_room_aware(const Topology& topo, const HaloQOptions& options, int32_t
   for (int64_t pass = 0; pass < max_passes; ++pass) {
     int o = -1;
     for (int r = 0; r < P; ++r) {
-      if (!ws.frozen[r] && L[r] > T && (o < 0 || L[r] > L[o])) o = r;
+      if (!ws.frozen[r] && L[r] > ws.team_water[topo.team_of(r)] && (o < 0 || L[r] > L[o])) o = r;
     }
     if (o < 0) break;
+    const int32_t T = ws.team_water[topo.team_of(o)];
     if (ws.send_used[o] >= S) {
       ws.frozen[o] = 1;
       continue;
@@ -170,10 +176,10 @@ void place_room_aware(const Topology& topo, const HaloQOptions& options, int32_t
     // Level choice: the finest level absorbing >= 7/8 of the best absorbable amount.
     Choice per_level[32];
     int32_t best_absorbed = 0;
-    tally_groups(topo, T, L, ws);
+    tally_groups(topo, L, ws);
     for (int level = 0; level < num_levels; ++level) {
       per_level[level] =
-          best_group_at(topo, level, give, ws, plan, num_broadcasts, e, latest[e] >= 0);
+          best_group_at(topo, level, o, give, ws, plan, num_broadcasts, e, latest[e] >= 0);
       best_absorbed = std::max(best_absorbed, std::min(per_level[level].room, give));
     }
     if (best_absorbed <= 0) {
@@ -243,13 +249,18 @@ void plan_iser(const Topology& topo, const CountMatrix& counts, const HaloQOptio
   //  2. HALO-Q's placement (wins on some mild workloads, where its need-based levels spread hot
   //     experts wider), so iser is never worse than halo-q in max load;
   //  3. for each slack divisor d of the ladder in turn (256, 128, 64, 32; planner.h), only when the
-  //     best so far ends above T + T/d: the room-aware placement with water level T + T/d.
-  //     Members may then exceed T by up to 1/d, which lets one broadcast absorb a whole give where
-  //     slots are scarce (S = 2 under heavy skew, or EP64 with four home experts per rank); the
-  //     finest slack that works wins, and a coarser one runs only where the finer ones failed.
+  //     best so far ends above T + T/d (T: the highest team water level with LSA teams): the
+  //     room-aware placement with water level T + T/d. Members may then exceed T by up to 1/d,
+  //     which lets one broadcast absorb a whole give where slots are scarce (S = 2 under heavy
+  //     skew, or EP64 with four home experts per rank); the finest slack that works wins, and a
+  //     coarser one runs only where the finer ones failed.
   // Counts are checked and hist / home loads computed once; each candidate starts from them.
   prepare_loads(topo, counts, ws, plan);
   ws.home_loads = plan.loads;
+  // The level the ladder compares with: T, or with LSA teams the highest team water level (a hot
+  // team cannot get below its own mean, so T alone would run every ladder step there).
+  team_water_levels(topo, plan.target, 0, plan.loads, ws);
+  const int32_t reachable = *std::max_element(ws.team_water.begin(), ws.team_water.end());
   auto start_alternative = [&] {
     ws.alternative.num_ranks = plan.num_ranks;
     ws.alternative.num_experts = plan.num_experts;
@@ -275,7 +286,7 @@ void plan_iser(const Topology& topo, const CountMatrix& counts, const HaloQOptio
   keep_better();
   for (int32_t divisor = kIserSlackDivisorFinest; divisor >= kIserSlackDivisorCoarsest;
        divisor /= 2) {
-    if (max_load(plan) > plan.target + plan.target / divisor) {
+    if (max_load(plan) > reachable + reachable / divisor) {
       start_alternative();
       place_room_aware(topo, options, divisor, ws, ws.alternative);
       keep_better();

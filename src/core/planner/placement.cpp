@@ -7,7 +7,9 @@
 //    != 0), never as (a + b - 1) / b.
 //  - "largest L above T" means L[o] > T strictly.
 //  - "wanted level = finest level whose group size >= need": level 0 (size P) always qualifies
-//    because mass <= Σ L <= P·T.
+//    because mass <= Σ L <= P·T. With LSA teams level 0 is the owner's team and T its water
+//    level W (below), and it still qualifies: mass <= the team's routes <= lsa_size·W.
+//  - Groups are only ever searched inside the owner's LSA team (docs/design.md §3).
 //  - room(G) counts members other than the owner; the owner's own deficit never counts.
 //  - q[o] = mass − moved (docs/design.md §4.2, step 6).
 //  - "coldest first by L before this step": members sorted by (L, rank) ascending, with L as it
@@ -68,8 +70,9 @@ GroupChoice best_group(const Topology& topo, int level, int owner, int32_t targe
   const int size = topo.group_size(level);
   const int S = topo.num_slots;
   GroupChoice best{level, 0, -1};
-  int g_first = 0;
-  int g_last = topo.num_groups(level);
+  // An owner replicates only inside its own LSA team (all groups when there is one team).
+  int g_first = topo.first_group_of_team(level, owner);
+  int g_last = g_first + topo.groups_per_team(level);
   if (options.owner_in_group) {
     g_first = topo.group_of(level, owner);
     g_last = g_first + 1;
@@ -171,6 +174,19 @@ int32_t prepare_loads(const Topology& topo, const CountMatrix& counts, PlannerWo
   return T;
 }
 
+void team_water_levels(const Topology& topo, int32_t target, int32_t slack_divisor,
+                       const std::vector<int32_t>& home_loads, PlannerWorkspace& ws) {
+  const int num_teams = topo.num_teams();
+  const int size = topo.team_size();
+  ws.team_water.assign(num_teams, 0);
+  for (int t = 0; t < num_teams; ++t) {
+    int32_t routes = 0;  // fits: the total is at most kMaxPlannerRoutes
+    for (int r = t * size; r < (t + 1) * size; ++r) routes += home_loads[r];
+    const int32_t level = std::max(target, ceil_div(routes, size));
+    ws.team_water[t] = level + (slack_divisor > 0 ? level / slack_divisor : 0);
+  }
+}
+
 void place_broadcasts(const Topology& topo, const CountMatrix& counts, const HaloQOptions& options,
                       PlannerWorkspace& ws, Plan& plan) {
   prepare_loads(topo, counts, ws, plan);
@@ -224,8 +240,11 @@ void place_prepared(const Topology& topo, const HaloQOptions& options, PlannerWo
   const int P = topo.num_ranks;
   const int S = topo.num_slots;
   const int C = topo.max_exports_per_owner();
-  const int32_t T = plan.target;
   std::vector<int32_t>& L = plan.loads;
+  // Interpretation: with LSA teams the water level T is per team (team_water_levels); with one
+  // team it is plan.target.
+  team_water_levels(topo, plan.target, 0, L, ws);
+  auto water = [&](int r) { return ws.team_water[topo.team_of(r)]; };
 
   select_candidates(topo, C, ws);
   ws.recv_used.assign(P, 0);
@@ -241,9 +260,10 @@ void place_prepared(const Topology& topo, const HaloQOptions& options, PlannerWo
   for (int64_t pass = 0; pass < max_passes; ++pass) {
     int o = -1;
     for (int r = 0; r < P; ++r) {
-      if (!ws.frozen[r] && L[r] > T && (o < 0 || L[r] > L[o])) o = r;
+      if (!ws.frozen[r] && L[r] > water(r) && (o < 0 || L[r] > L[o])) o = r;
     }
     if (o < 0) break;
+    const int32_t T = water(o);
     if (ws.send_used[o] >= S || ws.next_candidate[o] >= C) {
       ws.frozen[o] = 1;
       continue;

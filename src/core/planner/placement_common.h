@@ -37,6 +37,13 @@ void commit_broadcast(const Topology& topo, int32_t expert, int32_t owner, int32
                       int32_t group_begin, PlannerWorkspace& ws, std::vector<int32_t>& loads,
                       Broadcast& b);
 
+// Water level of each LSA team into ws.team_water: the level a team can reach, max(target,
+// ceil(team's home routes / team size)), plus level / slack_divisor when slack_divisor > 0.
+// Replicas never leave a team, so a hot team cannot get below its own mean; with one team
+// every entry is target (+ target / slack_divisor), the plain water level.
+void team_water_levels(const Topology& topo, int32_t target, int32_t slack_divisor,
+                       const std::vector<int32_t>& home_loads, PlannerWorkspace& ws);
+
 // HALO-Q placement (§4.2) after prepare_loads: ws.hist and plan.{target, loads = home loads}
 // must be set; appends the broadcasts to `plan`.
 void place_prepared(const Topology& topo, const HaloQOptions& options, PlannerWorkspace& ws,

@@ -11,6 +11,8 @@
 //    position in that order, transport owner-direct (every broadcast targets the whole level-0
 //    group with its owner inside: a pure group, docs/design.md §4.6). Flows come from the shared
 //    route rewrite (local first, north-west corner).
+// LSA teams: ignored. The copies go to all P ranks across teams (the paper's policy, a baseline);
+// with several teams the groups are therefore not aligned groups of the topology.
 // Quotas (the paper gives the policy's residual R = 1.038/1.193/1.348 at EP8/16/24, not its
 // split):
 //  * `all-rank`: every rank computes its own routes of a replicated expert (q[r] = c[r][e]); no
@@ -43,7 +45,10 @@ class AllRankPolicy final : public Policy {
   ValidationOptions validation() const override {
     ValidationOptions v;
     v.unique_experts = true;
-    return v;  // aligned (level 0) groups; exports per owner <= min(S, H) holds by construction
+    // all-rank ignores LSA teams: its groups are all P ranks, a level-0 group only with one team.
+    v.require_team_local = false;
+    v.require_aligned_groups = topo_.num_teams() == 1;
+    return v;  // exports per owner <= min(S, H) holds by construction
   }
 
   PolicyResult plan(const CountMatrix& counts) override {

@@ -8,11 +8,14 @@
 //          replicas and next free helper index; per owner its copies; frozen ranks; experts
 //          with no destination left ("exhausted").
 //   loop:
-//     o = the non-frozen rank with the largest L (ties: lowest rank); stop if none or L[o] <= T.
+//     o = the non-frozen rank with the largest L (ties: lowest rank); stop if none; freeze o
+//         and continue if L[o] <= T (with LSA teams T is o's team's level: max(T, ceil(team
+//         routes / team size)), and m below is taken from o's team only).
 //     p2p-limited only: if o already sent S copies, freeze o and continue.
 //     e = o's home expert with the largest rest[e] > 0 that is not exhausted (ties: smaller id);
 //         none -> freeze o and continue.
-//     m = the rank != o with the smallest L < T that has a free helper slot and holds no replica
+//     m = the rank != o of o's LSA team with the smallest L < T that has a free helper slot and
+//     holds no replica
 //         of e (ties: lowest rank); none -> mark e exhausted and continue.
 //     move = min(L[o] - T, T - L[m], rest[e]) (> 0); copy e to m's next free helper slot;
 //     m computes `move` routes of e; L[o] -= move, L[m] += move, rest[e] -= move.
@@ -75,13 +78,26 @@ class P2pPolicy final : public Policy {
     std::vector<bool> exhausted(topo_.num_experts, false);
     std::vector<int32_t> first_broadcast(topo_.num_experts, -1);
     std::vector<Broadcast> broadcasts;
+    // Water level per LSA team: a hot team cannot get below its own mean (copies stay inside
+    // it); with one team every entry is `target`.
+    std::vector<int64_t> water(topo_.num_teams(), target);
+    for (int t = 0; t < topo_.num_teams(); ++t) {
+      int64_t routes = 0;
+      for (int r = t * topo_.team_size(); r < (t + 1) * topo_.team_size(); ++r) routes += load[r];
+      water[t] = std::max(target, (routes + topo_.team_size() - 1) / topo_.team_size());
+    }
 
     while (true) {
       int o = -1;
       for (int r = 0; r < P; ++r) {
         if (!frozen[r] && (o < 0 || load[r] > load[o])) o = r;
       }
-      if (o < 0 || load[o] <= target) break;
+      if (o < 0) break;
+      const int64_t level = water[topo_.team_of(o)];
+      if (load[o] <= level) {  // the busiest rank left is done; with one team so are all others
+        frozen[o] = true;
+        continue;
+      }
       if (limited_ && copies[o] >= S) {
         frozen[o] = true;
         continue;
@@ -96,7 +112,8 @@ class P2pPolicy final : public Policy {
       }
       int m = -1;
       for (int r = 0; r < P; ++r) {
-        if (r == o || load[r] >= target || static_cast<int>(replicas[r].size()) >= S) continue;
+        if (r == o || load[r] >= level || static_cast<int>(replicas[r].size()) >= S) continue;
+        if (topo_.team_of(r) != topo_.team_of(o)) continue;  // copies stay inside the LSA team
         if (std::find(replicas[r].begin(), replicas[r].end(), e) != replicas[r].end()) continue;
         if (m < 0 || load[r] < load[m]) m = r;
       }
@@ -104,7 +121,7 @@ class P2pPolicy final : public Policy {
         exhausted[e] = true;
         continue;
       }
-      const int64_t move = std::min({load[o] - target, target - load[m], rest[e]});
+      const int64_t move = std::min({load[o] - level, level - load[m], rest[e]});
       Broadcast b;
       b.expert = e;
       b.owner = o;
