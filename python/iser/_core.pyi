@@ -54,9 +54,10 @@ class Plan:
         """Checks every invariant of the policy's plans; raises :class:`Error` otherwise."""
 
 def plan(counts: ArrayLike, *, slots: int = 4, policy: str = "halo-q", g_min: int = 4,
-         min_move: int = 0, validate: bool = False) -> Plan:
+         min_move: int = 0, validate: bool = False, lsa_size: int = 0) -> Plan:
     """Plans one layer invocation from a count matrix ``counts[P, E]`` (int32/int64; routes
-    source rank s sends to expert e), like ``iser plan --counts FILE --json``."""
+    source rank s sends to expert e), like ``iser plan --counts FILE --json``. ``lsa_size``:
+    LSA teams of that many consecutive ranks (0 = one team); no group spans two teams."""
 
 def rewrite(plan: Plan, rank: int, topk_ids: ArrayLike) -> npt.NDArray[np.int32]:
     """Rewrites rank ``rank``'s routes ``topk_ids[num_tokens, top_k]`` (-1 = none) to global

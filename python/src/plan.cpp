@@ -27,6 +27,7 @@ struct PyPlan {
   std::string policy;
   ValidationOptions validation;
   bool validated = false;
+  int lsa_size = 0;  // as given (0: one team, and no "lsa_size" in the JSON, like the CLI)
 };
 
 // The broadcasts table's columns, in order.
@@ -57,15 +58,17 @@ CountMatrix counts_from_array(const AnyArray& a) {
 }
 
 PyPlan make_plan(const AnyArray& counts_array, int slots, const std::string& policy_name, int g_min,
-                 int min_move, bool validate) {
+                 int min_move, bool validate, int lsa_size) {
   PyPlan out;
   out.counts = counts_from_array(counts_array);
-  out.topo = Topology::make(out.counts.num_ranks(), out.counts.num_experts(), slots, g_min);
+  out.topo =
+      Topology::make(out.counts.num_ranks(), out.counts.num_experts(), slots, g_min, lsa_size);
   PolicyOptions options;
   options.min_move = min_move;
   const auto policy = make_policy(policy_name, out.topo, options);
   out.plan = policy->plan(out.counts).plan;
   out.policy = policy_name;
+  out.lsa_size = lsa_size;
   out.validation = policy->validation();
   if (validate) check_plan(out.topo, out.counts, out.plan, out.validation);
   out.validated = validate;
@@ -94,6 +97,7 @@ nb::object quotas_table(const PyPlan& p) {
 std::string plan_json_text(const PyPlan& p) {
   auto j = plan_to_json(p.plan);
   j["policy"] = p.policy;
+  if (p.lsa_size > 0) j["lsa_size"] = p.lsa_size;
   if (p.validated) j["valid"] = true;
   return j.dump();
 }
@@ -210,17 +214,19 @@ void bind_plan(nb::module_& m) {
   // numpy.asarray first (the second overload).
   m.def("plan", &make_plan, nb::arg("counts"), nb::kw_only(), nb::arg("slots") = 4,
         nb::arg("policy") = "halo-q", nb::arg("g_min") = kDefaultGMin, nb::arg("min_move") = 0,
-        nb::arg("validate") = false,
+        nb::arg("validate") = false, nb::arg("lsa_size") = 0,
         "Plans one layer invocation from a count matrix counts[P, E] (int32/int64: routes source "
         "rank s sends to expert e), like `iser plan --counts FILE --json`. Returns a Plan.");
   m.def(
       "plan",
       [](nb::handle counts, int slots, const std::string& policy, int g_min, int min_move,
-         bool validate) {
-        return make_plan(as_array(counts, "counts"), slots, policy, g_min, min_move, validate);
+         bool validate, int lsa_size) {
+        return make_plan(as_array(counts, "counts"), slots, policy, g_min, min_move, validate,
+                         lsa_size);
       },
       nb::arg("counts"), nb::kw_only(), nb::arg("slots") = 4, nb::arg("policy") = "halo-q",
       nb::arg("g_min") = kDefaultGMin, nb::arg("min_move") = 0, nb::arg("validate") = false,
+      nb::arg("lsa_size") = 0,
       "Plans one layer invocation from a count matrix counts[P, E] (int32/int64: routes source "
       "rank s sends to expert e), like `iser plan --counts FILE --json`. Returns a Plan.");
   m.def(

@@ -38,6 +38,22 @@ def test_plan_equals_cli(cli, tmp_path, policy, P, E, S):
         assert iser.plan(counts.astype(np.int32), slots=S, policy=policy).to_dict() == unvalidated
 
 
+@pytest.mark.parametrize("policy", ["halo-q", "iser"])
+def test_plan_with_lsa_teams_equals_cli(cli, tmp_path, policy):
+    """16 ranks as 2 LSA teams of 8: no replication group spans a team, like the CLI's plan."""
+    rng = np.random.default_rng(16)
+    counts = random_counts(rng, 16, 128, skew=1.2)
+    expected = cli_plan(cli, tmp_path, counts, "--slots", 2, "--policy", policy, "--lsa-size", 8,
+                        "--validate")
+    plan = iser.plan(counts, slots=2, policy=policy, lsa_size=8, validate=True)
+    assert plan.to_dict() == expected and expected["lsa_size"] == 8
+    for b in expected["broadcasts"]:
+        hosts = set(range(b["group_begin"], b["group_begin"] + b["group_size"])) | {b["owner"]}
+        assert len({r // 8 for r in hosts}) == 1, b
+    with pytest.raises(iser.Error, match="lsa_size = 5"):
+        iser.plan(counts, slots=2, lsa_size=5)
+
+
 def test_plan_fields_match_dict():
     rng = np.random.default_rng(7)
     counts = random_counts(rng, 8, 64, skew=1.2)
