@@ -31,23 +31,10 @@
 #include "iser/moe_ep_graph.h"
 #include "iser/moe_ep_layer.h"
 #include "moe/device_buffer.h"
+#include "moe/order_event.h"
 
 namespace iser::moe {
 namespace {
-
-// An event for ordering only (capturable as a graph dependency).
-class OrderEvent {
- public:
-  OrderEvent() { ISER_CUDA_CHECK(cudaEventCreateWithFlags(&event_, cudaEventDisableTiming)); }
-  ~OrderEvent() { cudaEventDestroy(event_); }
-  OrderEvent(const OrderEvent&) = delete;
-  OrderEvent& operator=(const OrderEvent&) = delete;
-  void record(cudaStream_t stream) { ISER_CUDA_CHECK(cudaEventRecord(event_, stream)); }
-  void wait(cudaStream_t stream) const { ISER_CUDA_CHECK(cudaStreamWaitEvent(stream, event_)); }
-
- private:
-  cudaEvent_t event_ = nullptr;
-};
 
 std::string describe_graph_errors(uint32_t bits) {
   std::string out;

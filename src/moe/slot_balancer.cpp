@@ -19,25 +19,14 @@
 #include "cuda/moe_kernels.h"
 #include "iser/error.h"
 #include "moe/device_buffer.h"
+#include "moe/order_event.h"
 #include "runtime/layout.h"
 
 namespace iser {
 namespace {
 
 using moe::DeviceBuffer;
-
-class OrderEvent {
- public:
-  OrderEvent() { ISER_CUDA_CHECK(cudaEventCreateWithFlags(&event_, cudaEventDisableTiming)); }
-  ~OrderEvent() { cudaEventDestroy(event_); }
-  OrderEvent(const OrderEvent&) = delete;
-  OrderEvent& operator=(const OrderEvent&) = delete;
-  void record(cudaStream_t stream) { ISER_CUDA_CHECK(cudaEventRecord(event_, stream)); }
-  void wait(cudaStream_t stream) const { ISER_CUDA_CHECK(cudaStreamWaitEvent(stream, event_)); }
-
- private:
-  cudaEvent_t event_ = nullptr;
-};
+using moe::OrderEvent;
 
 bool sm_transport(Transport transport) {
   return transport == Transport::kPlan || transport == Transport::kP2PDirect ||
