@@ -5,11 +5,31 @@
 
 namespace iser::cuda {
 
+int count_smem_bytes(const CountParams& params) {
+  return count_smem_bytes(params.num_tiles, params.num_experts);
+}
+
+int prepare_count_kernel(int smem_bytes) {
+  return static_cast<int>(cudaFuncSetAttribute(
+      count_kernel, cudaFuncAttributeMaxDynamicSharedMemorySize, smem_bytes));
+}
+
 int launch_count(const CountParams& params, CUstream_st* stream) {
-  const dim3 grid(params.num_tiles, params.num_rows);
-  const size_t smem = sizeof(int32_t) * static_cast<size_t>(params.num_experts);
-  count_kernel<<<grid, CountConfig::kThreads, smem, stream>>>(params);
-  return static_cast<int>(cudaGetLastError());
+  const int ctas = count_ctas(params.num_tiles);
+  cudaLaunchConfig_t config{};
+  config.gridDim = dim3(static_cast<unsigned>(ctas), static_cast<unsigned>(params.num_rows));
+  config.blockDim = dim3(CountConfig::kThreads);
+  config.dynamicSmemBytes = static_cast<size_t>(count_smem_bytes(params));
+  config.stream = stream;
+  // One cluster per row (count.cuh); a one-CTA row needs no cluster.
+  cudaLaunchAttribute attribute{};
+  attribute.id = cudaLaunchAttributeClusterDimension;
+  attribute.val.clusterDim.x = static_cast<unsigned>(ctas);
+  attribute.val.clusterDim.y = 1;
+  attribute.val.clusterDim.z = 1;
+  config.attrs = &attribute;
+  config.numAttrs = ctas > 1 ? 1 : 0;
+  return static_cast<int>(cudaLaunchKernelEx(&config, count_kernel, params));
 }
 
 }  // namespace iser::cuda

@@ -9,7 +9,7 @@ namespace iser::cuda {
 namespace {
 
 struct CountExchangeConfig {
-  static constexpr int kThreads = 256;
+  static constexpr int kThreads = 512;
 };
 
 struct CountExchangeParams {
@@ -36,6 +36,34 @@ __device__ __forceinline__ uint64_t* count_stamp(const RankSpace& space, int reg
                                                  int src_rank) {
   return reinterpret_cast<uint64_t*>(space.peer_bases[region] + space.layout.count_stamps) +
          parity * space.layout.num_ranks + src_rank;
+}
+
+__device__ __forceinline__ bool is_aligned16(const void* ptr) {
+  return (reinterpret_cast<uintptr_t>(ptr) & 15) == 0;
+}
+
+// Stores `row` (row_words words of type Word) into row `rank` of parity `parity` of every rank
+// set in `deliver`.
+template <typename Word>
+__device__ __forceinline__ void push_row(const RankSpace& space, const int32_t* row, int rank,
+                                         int parity, const uint32_t* deliver, int row_words) {
+  const auto* words = reinterpret_cast<const Word*>(row);
+  const int64_t total = static_cast<int64_t>(space.layout.num_ranks) * row_words;
+  for (int64_t i = threadIdx.x; i < total; i += blockDim.x) {
+    const int dst_rank = static_cast<int>(i / row_words);
+    if (!test_bit(deliver, dst_rank)) continue;
+    auto* dst = reinterpret_cast<Word*>(space.peer_bases[dst_rank] +
+                                        space.layout.count_row(parity, rank));
+    const int64_t word = i - static_cast<int64_t>(dst_rank) * row_words;
+    dst[word] = words[word];
+  }
+}
+
+template <typename Word>
+__device__ __forceinline__ void copy_rows(const char* src, int32_t* dst, int64_t num_words) {
+  const auto* from = reinterpret_cast<const Word*>(src);
+  auto* to = reinterpret_cast<Word*>(dst);
+  for (int64_t i = threadIdx.x; i < num_words; i += blockDim.x) to[i] = from[i];
 }
 
 __global__ void __launch_bounds__(CountExchangeConfig::kThreads)
@@ -68,15 +96,13 @@ __global__ void __launch_bounds__(CountExchangeConfig::kThreads)
     }
   }
   __syncthreads();
-  // 2. Push my row to each of them (myself included).
-  const int64_t total = static_cast<int64_t>(num_ranks) * num_experts;
-  for (int64_t i = threadIdx.x; i < total; i += blockDim.x) {
-    const int dst_rank = static_cast<int>(i / num_experts);
-    if (!test_bit(deliver, dst_rank)) continue;
-    const int expert_idx = static_cast<int>(i % num_experts);
-    auto* dst =
-        reinterpret_cast<int32_t*>(space.peer_bases[dst_rank] + layout.count_row(parity, rank));
-    dst[expert_idx] = row[expert_idx];
+  // 2. Push my row to each of them (myself included): 16-byte stores when the rows allow them
+  //    (E % 4 == 0 keeps every row of the regions and of `rows` / `matrix` 16-byte aligned).
+  const bool wide = num_experts % 4 == 0 && is_aligned16(p.rows) && is_aligned16(p.matrix);
+  if (wide) {
+    push_row<int4>(space, row, rank, parity, deliver, num_experts / 4);
+  } else {
+    push_row<int32_t>(space, row, rank, parity, deliver, num_experts);
   }
   __syncthreads();
   // 3. Stamp the rows (release, system scope; cumulative over the CTA's stores via bar.sync).
@@ -104,10 +130,13 @@ __global__ void __launch_bounds__(CountExchangeConfig::kThreads)
   }
   __syncthreads();
   // 5. Copy the matrix out (rows of missing ranks are stale; the status says which).
-  const auto* src =
-      reinterpret_cast<const int32_t*>(space.peer_bases[rank] + layout.count_row(parity, 0));
-  int32_t* out = p.matrix + static_cast<int64_t>(local_idx) * total;
-  for (int64_t i = threadIdx.x; i < total; i += blockDim.x) out[i] = src[i];
+  const auto* src = space.peer_bases[rank] + layout.count_row(parity, 0);
+  int32_t* out = p.matrix + static_cast<int64_t>(local_idx) * num_ranks * num_experts;
+  if (wide) {
+    copy_rows<int4>(src, out, static_cast<int64_t>(num_ranks) * num_experts / 4);
+  } else {
+    copy_rows<int32_t>(src, out, static_cast<int64_t>(num_ranks) * num_experts);
+  }
   // Every thread read the counter (resolve_generation) before the barriers above.
   if (threadIdx.x == 0) scratch->epoch = epoch;
 }

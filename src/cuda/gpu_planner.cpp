@@ -214,7 +214,6 @@ struct GpuPlanner::Impl {
   unsigned long long* timer = nullptr;
   RepairSchedule repair = RepairSchedule::kAuto;
   DeviceArray<int32_t> tile_counts;  // [max_rows][max_tiles][E]
-  DeviceArray<uint32_t> tickets;     // [max_rows]
   DeviceArray<uint32_t> error_word;  // [1]
   // plan_rewrite(): the fused kernel's sync words (zero once, never reset), its shared memory and
   // the most CTAs one cooperative launch of it may have (0: not available).
@@ -279,9 +278,7 @@ GpuPlanner::GpuPlanner(const Topology& topo, int max_routes_per_rank,
     d.max_rows = max_rows;
     d.max_tiles = cuda::num_route_tiles(max_routes_per_rank);
     d.tile_counts = DeviceArray<int32_t>(static_cast<size_t>(max_rows) * d.max_tiles * E);
-    d.tickets = DeviceArray<uint32_t>(static_cast<size_t>(max_rows));
     d.error_word = DeviceArray<uint32_t>(1);
-    ISER_CUDA_CHECK(cudaMemset(d.tickets.get(), 0, d.tickets.size() * sizeof(uint32_t)));
     ISER_CUDA_CHECK(cudaMemset(d.error_word.get(), 0, sizeof(uint32_t)));
 
     cuda::PlanParams plan_params;
@@ -296,16 +293,22 @@ GpuPlanner::GpuPlanner(const Topology& topo, int max_routes_per_rank,
     rewrite_params.num_experts = E;
     rewrite_params.num_ranks = P;
     d.rewrite_smem = cuda::rewrite_smem_bytes(rewrite_params);
+    cuda::CountParams count_params;  // the most tiles per CTA: the longest rows
+    count_params.num_tiles = d.max_tiles;
+    count_params.num_experts = E;
+    const int count_smem = cuda::count_smem_bytes(count_params);
     int device = 0;
     int smem_optin = 0;
     ISER_CUDA_CHECK(cudaGetDevice(&device));
     ISER_CUDA_CHECK(
         cudaDeviceGetAttribute(&smem_optin, cudaDevAttrMaxSharedMemoryPerBlockOptin, device));
     ISER_CUDA_CHECK(cudaDeviceGetAttribute(&d.num_sms, cudaDevAttrMultiProcessorCount, device));
-    ISER_CHECK(d.plan_smem <= smem_optin && d.rewrite_smem <= smem_optin,
-               "GPU planner: P = {}, E = {}, S = {} needs {} / {} bytes of shared memory, the "
-               "device allows {}",
-               P, E, S, d.plan_smem, d.rewrite_smem, smem_optin);
+    ISER_CHECK(d.plan_smem <= smem_optin && d.rewrite_smem <= smem_optin &&
+                   count_smem <= smem_optin,
+               "GPU planner: P = {}, E = {}, S = {} needs {} / {} / {} bytes of shared memory "
+               "(plan / rewrite / count), the device allows {}",
+               P, E, S, d.plan_smem, d.rewrite_smem, count_smem, smem_optin);
+    ISER_CUDA_CHECK(static_cast<cudaError_t>(cuda::prepare_count_kernel(count_smem)));
     ISER_CUDA_CHECK(static_cast<cudaError_t>(cuda::prepare_plan_kernel(d.plan_smem)));
     ISER_CUDA_CHECK(static_cast<cudaError_t>(cuda::prepare_rewrite_kernel(d.rewrite_smem)));
     if (!options.iser) {  // plan_rewrite(): the rewrite takes HALO-Q plans only
@@ -321,8 +324,7 @@ GpuPlanner::GpuPlanner(const Topology& topo, int max_routes_per_rank,
     }
     // NOTE: cudaMemset runs on the default stream and may return before it lands; nothing orders
     // a caller's non-blocking stream after it. Without this wait, a count() issued right after
-    // construction could draw tickets that the zeroing then overwrites (a row's counts never
-    // written), or have its error bits cleared. Set-up only: no per-invocation call waits.
+    // construction could have its error bits cleared, or a fused kernel read unzeroed sync words. Set-up only: no per-invocation call waits.
     ISER_CUDA_CHECK(cudaStreamSynchronize(nullptr));
   } catch (...) {
     delete impl_;
@@ -384,7 +386,6 @@ void GpuPlanner::count(const int32_t* topk_ids, int num_tokens, int top_k, int32
   p.topk_ids = topk_ids;
   p.counts = counts;
   p.tile_counts = d.tile_counts.get();
-  p.tickets = d.tickets.get();
   p.error_word = d.error_word.get();
   p.num_rows = num_rows;
   p.num_routes = static_cast<int>(routes);

@@ -31,13 +31,18 @@ struct CountParams {
   const int32_t* topk_ids = nullptr;  // [num_rows][num_routes]
   int32_t* counts = nullptr;          // [num_rows][num_experts]
   int32_t* tile_counts = nullptr;     // [num_rows][num_tiles][num_experts]
-  uint32_t* tickets = nullptr;        // [num_rows] zero between launches (the last CTA resets)
   uint32_t* error_word = nullptr;     // sticky GpuStatus bits
+  // Optional (benchmarks): [0] atomicMin of the CTAs' start, [1] atomicMax of their end, in
+  // globaltimer ns; the caller sets them to ~0 and 0 before the launch.
+  unsigned long long* timer = nullptr;
   int num_rows = 0;
   int num_routes = 0;  // per row
   int num_tiles = 0;   // num_route_tiles(num_routes)
   int num_experts = 0;
 };
+// Dynamic shared memory the count kernel needs for these parameters (bytes).
+int count_smem_bytes(const CountParams& params);
+int prepare_count_kernel(int smem_bytes);  // raises the kernel's shared-memory limit once
 int launch_count(const CountParams& params, CUstream_st* stream);
 
 struct PlanParams {

@@ -1,0 +1,496 @@
+// Decode control path benchmark (docs/design.md §9, §11): count -> count exchange -> plan ->
+// rewrite of P logical ranks on one GPU, captured in one CUDA graph, and the count kernel alone.
+//
+// Path: GpuPlanner::count of the P ranks' rows (one launch), Runtime::exchange_counts (every
+// rank's row to every rank, kDeviceGeneration epochs so the graph replays), and
+// GpuPlanner::plan_rewrite_all of one plan over all P rows (the P ranks' matrices are identical,
+// so one plan CTA stands for each rank's own planner; every rank's routes are rewritten). CUDA
+// events around one graph replay, L2 flushed before every replay, inputs cycled; medians. Each
+// stage is also timed alone (its own graph, same protocol), beside the empty graph's time.
+// Inputs: tokens sampled from the bundled real histograms (docs/design.md §8 sampling rule).
+//
+// Count section: one row of tau*k ids (-r sizes) into E bins; events around one graph replay (L2
+// flushed), the in-kernel span (first CTA start to last CTA end, globaltimer) and the per-launch
+// time inside a graph of 100 launches (L2 warm), beside the previous kernel (per-tile histograms,
+// then the last CTA sums them) timed the same way.
+//
+//   bench_decode_path [-p 8,16,32,64] [-E 384] [-S 4] [-t 256] [-k 8] [-r 49152,1536]
+//                     [-w 20] [-n 400] [-i 8] [-c 1] [-d coding.csv]
+//   -c 1 checks every count matrix, plan and slot id of the graph against the CPU (plan_halo_q,
+//   rewrite_tokens) and the count rows of both kernels against the CPU.
+#include <cuda_runtime.h>
+
+#include <algorithm>
+#include <cstdio>
+#include <cstdlib>
+#include <cstring>
+#include <memory>
+#include <string>
+#include <vector>
+
+#include "../../tests/gpu/routing_samples.h"
+#include "cuda/planner_kernels.h"
+#include "iser/counts.h"
+#include "iser/gpu_planner.h"
+#include "iser/planner.h"
+#include "iser/rewrite.h"
+#include "iser/runtime.h"
+
+namespace {
+
+// NOTE: no ISER_CUDA_CHECK here: its fmt format strings do not build under nvcc.
+#define BENCH_CUDA(expr)                                                                  \
+  do {                                                                                    \
+    const cudaError_t e_ = (expr);                                                        \
+    if (e_ != cudaSuccess) {                                                              \
+      std::fprintf(stderr, "CUDA error %s in %s at %s:%d\n", cudaGetErrorName(e_), #expr, \
+                   __FILE__, __LINE__);                                                   \
+      std::exit(1);                                                                       \
+    }                                                                                     \
+  } while (0)
+
+struct Args {
+  std::vector<int> ranks = {8, 16, 32, 64};
+  std::vector<int> count_sizes = {49152, 1536};
+  int experts = 384;
+  int slots = 4;
+  int tokens = 256;
+  int top_k = 8;
+  int warmup = 20;
+  int iters = 400;
+  int inputs = 8;
+  bool check = true;
+  std::string data;
+};
+
+std::vector<int> int_list(const char* v) {
+  std::vector<int> out;
+  for (const char* s = v; *s != '\0';) {
+    out.push_back(std::atoi(s));
+    const char* comma = std::strchr(s, ',');
+    s = comma != nullptr ? comma + 1 : s + std::strlen(s);
+  }
+  return out;
+}
+
+Args parse(int argc, char** argv) {
+  Args a;
+  std::string here = __FILE__;  // <repo>/bench/gpu/bench_decode_path.cu
+  const size_t cut = here.rfind("/bench/gpu/");
+  a.data = (cut == std::string::npos ? std::string(".") : here.substr(0, cut)) +
+           "/../shared/data/dsv41-flash/coding.csv";
+  for (int i = 1; i + 1 < argc; i += 2) {
+    const std::string flag = argv[i];
+    const char* v = argv[i + 1];
+    if (flag == "-p") {
+      a.ranks = int_list(v);
+    } else if (flag == "-r") {
+      a.count_sizes = int_list(v);
+    } else if (flag == "-E") {
+      a.experts = std::atoi(v);
+    } else if (flag == "-S") {
+      a.slots = std::atoi(v);
+    } else if (flag == "-t") {
+      a.tokens = std::atoi(v);
+    } else if (flag == "-k") {
+      a.top_k = std::atoi(v);
+    } else if (flag == "-w") {
+      a.warmup = std::atoi(v);
+    } else if (flag == "-n") {
+      a.iters = std::atoi(v);
+    } else if (flag == "-i") {
+      a.inputs = std::max(1, std::atoi(v));
+    } else if (flag == "-c") {
+      a.check = std::atoi(v) != 0;
+    } else if (flag == "-d") {
+      a.data = v;
+    } else {
+      std::fprintf(stderr, "unknown flag %s\n", flag.c_str());
+      std::exit(2);
+    }
+  }
+  if (a.iters < 200) {
+    std::fprintf(stderr, "-n %d: at least 200 timed replays are needed for the median\n", a.iters);
+    std::exit(2);
+  }
+  return a;
+}
+
+double median(std::vector<double> v) {
+  std::sort(v.begin(), v.end());
+  return v.empty() ? 0.0 : v[v.size() / 2];
+}
+
+// Events around graphs[j % size] replays, L2 flushed (flush_bytes > 0) before each; `before(j)`
+// runs outside the events (timer resets). Median us.
+template <typename Before>
+double time_graphs(const Args& args, const std::vector<cudaGraphExec_t>& graphs,
+                   cudaStream_t stream, void* flush, size_t flush_bytes, Before&& before) {
+  const int total = args.warmup + args.iters;
+  std::vector<cudaEvent_t> start(total), stop(total);
+  for (int j = 0; j < total; ++j) {
+    BENCH_CUDA(cudaEventCreate(&start[j]));
+    BENCH_CUDA(cudaEventCreate(&stop[j]));
+  }
+  for (int j = 0; j < total; ++j) {
+    if (flush_bytes > 0) BENCH_CUDA(cudaMemsetAsync(flush, j & 0xff, flush_bytes, stream));
+    before(j);
+    BENCH_CUDA(cudaEventRecord(start[j], stream));
+    BENCH_CUDA(cudaGraphLaunch(graphs[j % graphs.size()], stream));
+    BENCH_CUDA(cudaEventRecord(stop[j], stream));
+  }
+  BENCH_CUDA(cudaStreamSynchronize(stream));
+  std::vector<double> us;
+  for (int j = args.warmup; j < total; ++j) {
+    float ms = 0;
+    BENCH_CUDA(cudaEventElapsedTime(&ms, start[j], stop[j]));
+    us.push_back(ms * 1e3);
+  }
+  for (int j = 0; j < total; ++j) {
+    BENCH_CUDA(cudaEventDestroy(start[j]));
+    BENCH_CUDA(cudaEventDestroy(stop[j]));
+  }
+  return median(us);
+}
+
+double time_graphs(const Args& args, const std::vector<cudaGraphExec_t>& graphs,
+                   cudaStream_t stream, void* flush, size_t flush_bytes) {
+  return time_graphs(args, graphs, stream, flush, flush_bytes, [](int) {});
+}
+
+template <typename Capture>
+cudaGraphExec_t make_graph(cudaStream_t stream, Capture&& capture) {
+  cudaGraph_t graph;
+  cudaGraphExec_t exec;
+  BENCH_CUDA(cudaStreamBeginCapture(stream, cudaStreamCaptureModeThreadLocal));
+  capture();
+  BENCH_CUDA(cudaStreamEndCapture(stream, &graph));
+  BENCH_CUDA(cudaGraphInstantiate(&exec, graph, 0));
+  BENCH_CUDA(cudaGraphDestroy(graph));
+  return exec;
+}
+
+void destroy(std::vector<cudaGraphExec_t>& graphs) {
+  for (cudaGraphExec_t g : graphs) BENCH_CUDA(cudaGraphExecDestroy(g));
+  graphs.clear();
+}
+
+__global__ void empty_kernel() {}
+
+// The previous count kernel, the same-run baseline: a CTA of 256 threads per tile builds the
+// tile's histogram and stores it; the last CTA of the row (a ticket) sums the tiles.
+__global__ void __launch_bounds__(256)
+    previous_count_kernel(const int32_t* topk_ids, int num_routes, int num_tiles, int E,
+                          int32_t* counts, int32_t* tile_counts, uint32_t* tickets) {
+  extern __shared__ int32_t hist[];
+  __shared__ bool is_last;
+  const int tile = blockIdx.x;
+  for (int e = threadIdx.x; e < E; e += 256) hist[e] = 0;
+  __syncthreads();
+  const int end = min((tile + 1) * iser::cuda::kRouteTile, num_routes);
+  for (int i = tile * iser::cuda::kRouteTile + threadIdx.x; i < end; i += 256) {
+    const int32_t id = topk_ids[i];
+    if (id >= 0 && id < E) atomicAdd(&hist[id], 1);
+  }
+  __syncthreads();
+  for (int e = threadIdx.x; e < E; e += 256) tile_counts[tile * E + e] = hist[e];
+  __threadfence();
+  __syncthreads();
+  if (threadIdx.x == 0) is_last = atomicAdd(tickets, 1u) == static_cast<uint32_t>(num_tiles - 1);
+  __syncthreads();
+  if (!is_last) return;
+  __threadfence();
+  for (int e = threadIdx.x; e < E; e += 256) {
+    int32_t sum = 0;
+    for (int t = 0; t < num_tiles; ++t) sum += __ldcg(tile_counts + t * E + e);
+    counts[e] = sum;
+  }
+  if (threadIdx.x == 0) *tickets = 0;
+}
+
+std::vector<int32_t> download(const int32_t* d, size_t n) {
+  std::vector<int32_t> h(n);
+  BENCH_CUDA(cudaMemcpy(h.data(), d, n * sizeof(int32_t), cudaMemcpyDeviceToHost));
+  return h;
+}
+
+std::vector<int32_t> sample_ids(const Args& args, const std::vector<double>& weights, int rows,
+                                int tokens, uint64_t seed) {
+  std::vector<double> w(weights.begin(), weights.end());
+  w.resize(args.experts, 0.0);
+  std::vector<int32_t> ids(static_cast<size_t>(rows) * tokens * args.top_k);
+  iser::gpu_test::sample_tokens(w, rows, tokens, args.top_k, 0.0, seed, ids.data());
+  return ids;
+}
+
+// Count section: returns false when a count row differs from the CPU's.
+bool bench_count(const Args& args, const std::vector<std::vector<double>>& layers,
+                 cudaStream_t stream, void* flush, size_t flush_bytes, double floor_us) {
+  using namespace iser;
+  const int E = args.experts;
+  std::printf("# count: one row of tau*k ids into E = %d bins; events around one graph replay "
+              "(L2 flushed), in-kernel span, per launch in a graph of 100 (L2 warm); median of "
+              "%d; empty graph %.2f us\n",
+              E, args.iters, floor_us);
+  std::printf("%8s %12s %12s %14s %14s %12s %8s\n", "routes", "new_ev_us", "new_kern_us",
+              "new_graph100", "prev_ev_us", "prev_graph100", "check");
+  bool ok = true;
+  unsigned long long* timer = nullptr;
+  uint32_t* tickets = nullptr;
+  uint32_t* error_word = nullptr;
+  BENCH_CUDA(cudaMalloc(&timer, 2 * sizeof(unsigned long long)));
+  BENCH_CUDA(cudaMalloc(&tickets, sizeof(uint32_t)));
+  BENCH_CUDA(cudaMalloc(&error_word, sizeof(uint32_t)));
+  BENCH_CUDA(cudaMemset(tickets, 0, sizeof(uint32_t)));
+  BENCH_CUDA(cudaMemset(error_word, 0, sizeof(uint32_t)));
+  for (const int n : args.count_sizes) {
+    const int tiles = cuda::num_route_tiles(n);
+    const auto ids = sample_ids(args, layers[3 % layers.size()], 1, n / args.top_k, 77 + n);
+    const int routes = static_cast<int>(ids.size());
+    int32_t *d_ids, *d_counts, *d_prev_counts, *d_tiles;
+    BENCH_CUDA(cudaMalloc(&d_ids, sizeof(int32_t) * routes));
+    BENCH_CUDA(cudaMalloc(&d_counts, sizeof(int32_t) * E));
+    BENCH_CUDA(cudaMalloc(&d_prev_counts, sizeof(int32_t) * E));
+    BENCH_CUDA(cudaMalloc(&d_tiles, sizeof(int32_t) * tiles * E));
+    BENCH_CUDA(cudaMemcpy(d_ids, ids.data(), sizeof(int32_t) * routes, cudaMemcpyHostToDevice));
+    cuda::CountParams p;
+    p.topk_ids = d_ids;
+    p.counts = d_counts;
+    p.tile_counts = d_tiles;
+    p.error_word = error_word;
+    p.num_rows = 1;
+    p.num_routes = routes;
+    p.num_tiles = tiles;
+    p.num_experts = E;
+    BENCH_CUDA(static_cast<cudaError_t>(cuda::prepare_count_kernel(cuda::count_smem_bytes(p))));
+    const auto launch_new = [&] { BENCH_CUDA(static_cast<cudaError_t>(cuda::launch_count(p, stream))); };
+    const auto launch_prev = [&] {
+      previous_count_kernel<<<tiles, 256, sizeof(int32_t) * E, stream>>>(
+          d_ids, routes, tiles, E, d_prev_counts, d_tiles, tickets);
+      BENCH_CUDA(cudaGetLastError());
+    };
+    std::vector<cudaGraphExec_t> g_new{make_graph(stream, launch_new)};
+    std::vector<cudaGraphExec_t> g_prev{make_graph(stream, launch_prev)};
+    std::vector<cudaGraphExec_t> g_new100{make_graph(stream, [&] {
+      for (int i = 0; i < 100; ++i) launch_new();
+    })};
+    std::vector<cudaGraphExec_t> g_prev100{make_graph(stream, [&] {
+      for (int i = 0; i < 100; ++i) launch_prev();
+    })};
+    const double prev_ev = time_graphs(args, g_prev, stream, flush, flush_bytes);
+    const double new_ev = time_graphs(args, g_new, stream, flush, flush_bytes);
+    const double prev100 = time_graphs(args, g_prev100, stream, flush, 0) / 100;
+    const double new100 = time_graphs(args, g_new100, stream, flush, 0) / 100;
+    // In-kernel span: the timed launch records it (a graph of its own, timer reset outside).
+    cuda::CountParams timed = p;
+    timed.timer = timer;
+    std::vector<cudaGraphExec_t> g_timed{make_graph(stream, [&] {
+      BENCH_CUDA(static_cast<cudaError_t>(cuda::launch_count(timed, stream)));
+    })};
+    std::vector<double> spans;
+    const unsigned long long reset[2] = {~0ull, 0ull};
+    for (int j = 0; j < args.warmup + args.iters; ++j) {
+      BENCH_CUDA(cudaMemsetAsync(flush, j & 0xff, flush_bytes, stream));
+      BENCH_CUDA(cudaMemcpyAsync(timer, reset, sizeof(reset), cudaMemcpyHostToDevice, stream));
+      BENCH_CUDA(cudaGraphLaunch(g_timed[0], stream));
+      unsigned long long span[2];
+      BENCH_CUDA(cudaMemcpyAsync(span, timer, sizeof(span), cudaMemcpyDeviceToHost, stream));
+      BENCH_CUDA(cudaStreamSynchronize(stream));
+      if (j >= args.warmup) spans.push_back((span[1] - span[0]) * 1e-3);
+    }
+    const CountMatrix want = CountMatrix::from_topk(ids, 1, routes / args.top_k, args.top_k, E);
+    const std::vector<int32_t> want_row(want.data().begin(), want.data().end());
+    uint32_t errors = 0;
+    BENCH_CUDA(cudaMemcpy(&errors, error_word, sizeof(errors), cudaMemcpyDeviceToHost));
+    const bool row_ok = download(d_counts, E) == want_row && download(d_prev_counts, E) == want_row &&
+                        errors == 0;
+    ok = ok && row_ok;
+    std::printf("%8d %12.2f %12.2f %14.2f %14.2f %12.2f %8s\n", routes, new_ev, median(spans),
+                new100, prev_ev, prev100, row_ok ? "ok" : "FAILED");
+    for (auto* g : {&g_new, &g_prev, &g_new100, &g_prev100, &g_timed}) destroy(*g);
+    BENCH_CUDA(cudaFree(d_ids));
+    BENCH_CUDA(cudaFree(d_counts));
+    BENCH_CUDA(cudaFree(d_prev_counts));
+    BENCH_CUDA(cudaFree(d_tiles));
+  }
+  BENCH_CUDA(cudaFree(timer));
+  BENCH_CUDA(cudaFree(tickets));
+  BENCH_CUDA(cudaFree(error_word));
+  return ok;
+}
+
+struct PathRow {
+  double path_us = 0, two_kernel_us = 0, count_us = 0, exchange_us = 0, plan_rewrite_us = 0;
+  double plan_kernel_us = 0;
+  bool ok = true;
+};
+
+// One EP degree: P logical ranks, the path in one graph per input. Returns its timings and check.
+PathRow bench_path(const Args& args, int P, const std::vector<std::vector<double>>& layers,
+                   cudaStream_t stream, void* flush, size_t flush_bytes) {
+  using namespace iser;
+  const int E = args.experts;
+  const int n = args.tokens * args.top_k;
+  const Topology topo = Topology::make(P, E, args.slots);
+  RuntimeConfig config;
+  config.num_ranks = P;
+  config.num_experts = E;
+  config.num_slots = args.slots;
+  config.bundle = {4096, 256};  // the exchange does not touch the slots: keep them small
+  const std::unique_ptr<Runtime> rt = Runtime::logical(config);
+  GpuPlanner planner(topo, n, {}, P);
+  constexpr int kTimerSlots = kGpuPlanTimerSlots + kGpuRewriteTimerSlots;
+  unsigned long long* timer = nullptr;
+  BENCH_CUDA(cudaMalloc(&timer, kTimerSlots * sizeof(unsigned long long)));
+  BENCH_CUDA(cudaMemset(timer, 0, kTimerSlots * sizeof(unsigned long long)));
+
+  const int num_inputs = args.inputs;
+  std::vector<std::vector<int32_t>> ids(num_inputs);
+  std::vector<int32_t*> d_ids(num_inputs);
+  for (int i = 0; i < num_inputs; ++i) {
+    ids[i] = sample_ids(args, layers[(3 + i) % layers.size()], P, args.tokens, 1000 * P + i);
+    BENCH_CUDA(cudaMalloc(&d_ids[i], sizeof(int32_t) * ids[i].size()));
+    BENCH_CUDA(cudaMemcpy(d_ids[i], ids[i].data(), sizeof(int32_t) * ids[i].size(),
+                          cudaMemcpyHostToDevice));
+  }
+  int32_t *rows, *matrix, *plan, *slots;
+  BENCH_CUDA(cudaMalloc(&rows, sizeof(int32_t) * P * E));
+  BENCH_CUDA(cudaMalloc(&matrix, sizeof(int32_t) * P * P * E));
+  BENCH_CUDA(cudaMalloc(&plan, sizeof(int32_t) * planner.plan_words()));
+  BENCH_CUDA(cudaMalloc(&slots, sizeof(int32_t) * P * n));
+
+  const auto count = [&](int i) { planner.count(d_ids[i], args.tokens, args.top_k, rows, stream, P); };
+  const auto exchange = [&] { rt->exchange_counts(rows, matrix, kDeviceGeneration, stream); };
+  // Local rank 0's copy of the matrix: every rank's copy is the same matrix.
+  const auto plan_rewrite = [&](int i) {
+    planner.plan_rewrite_all(matrix, plan, d_ids[i], args.tokens, args.top_k, 1, slots, stream);
+  };
+  const auto plan_then_rewrite = [&](int i) {
+    planner.plan(matrix, plan, stream, 1);
+    planner.rewrite_all(d_ids[i], args.tokens, args.top_k, matrix, plan, 1, slots, stream);
+  };
+  std::vector<cudaGraphExec_t> g_path, g_two, g_count, g_exchange, g_plan_rewrite;
+  for (int i = 0; i < num_inputs; ++i) {
+    g_path.push_back(make_graph(stream, [&] {
+      count(i);
+      exchange();
+      plan_rewrite(i);
+    }));
+    g_two.push_back(make_graph(stream, [&] {
+      count(i);
+      exchange();
+      plan_then_rewrite(i);
+    }));
+    g_count.push_back(make_graph(stream, [&] { count(i); }));
+  }
+  g_exchange.push_back(make_graph(stream, exchange));
+  g_plan_rewrite.push_back(make_graph(stream, [&] { plan_rewrite(0); }));
+
+  PathRow r;
+  r.path_us = time_graphs(args, g_path, stream, flush, flush_bytes);
+  r.two_kernel_us = time_graphs(args, g_two, stream, flush, flush_bytes);
+  r.count_us = time_graphs(args, g_count, stream, flush, flush_bytes);
+  r.exchange_us = time_graphs(args, g_exchange, stream, flush, flush_bytes);
+  // The plan + rewrite stage alone re-plans input 0's matrix and rewrites its ids: the path's
+  // graph of input 0 runs first so that the count rows, tile counts and matrix are input 0's.
+  BENCH_CUDA(cudaGraphLaunch(g_path[0], stream));
+  r.plan_rewrite_us = time_graphs(args, g_plan_rewrite, stream, flush, flush_bytes);
+
+  // The planner's in-kernel span inside the path (CTA 0's stamps; a graph captured with them).
+  planner.set_plan_timer(timer);
+  std::vector<cudaGraphExec_t> g_timed{make_graph(stream, [&] {
+    count(0);
+    exchange();
+    plan_rewrite(0);
+  })};
+  planner.set_plan_timer(nullptr);
+  std::vector<double> spans;
+  for (int j = 0; j < args.warmup + args.iters; ++j) {
+    BENCH_CUDA(cudaMemsetAsync(flush, j & 0xff, flush_bytes, stream));
+    BENCH_CUDA(cudaGraphLaunch(g_timed[0], stream));
+    unsigned long long t[kTimerSlots];
+    BENCH_CUDA(cudaMemcpyAsync(t, timer, sizeof(t), cudaMemcpyDeviceToHost, stream));
+    BENCH_CUDA(cudaStreamSynchronize(stream));
+    if (j >= args.warmup) spans.push_back((t[kGpuPlanTimerSlots - 2] - t[0]) * 1e-3);
+  }
+  r.plan_kernel_us = median(spans);
+
+  if (args.check) {
+    planner.clear_errors(stream);
+    for (int i = 0; i < num_inputs && r.ok; ++i) {
+      for (auto* graphs : {&g_path, &g_two}) {
+        BENCH_CUDA(cudaGraphLaunch((*graphs)[i], stream));
+        BENCH_CUDA(cudaStreamSynchronize(stream));
+        const CountMatrix counts = CountMatrix::from_topk(ids[i], P, args.tokens, args.top_k, E);
+        const std::vector<int32_t> want(counts.data().begin(), counts.data().end());
+        const auto got = download(matrix, static_cast<size_t>(P) * P * E);
+        for (int l = 0; l < P; ++l) {
+          r.ok = r.ok && std::equal(want.begin(), want.end(), got.begin() + size_t{1} * l * P * E);
+        }
+        const Plan cpu = plan_halo_q(topo, counts);
+        r.ok = r.ok && download_plan(planner.layout(), plan) == cpu;
+        const auto got_slots = download(slots, static_cast<size_t>(P) * n);
+        std::vector<int32_t> want_slots(n);
+        for (int s = 0; s < P; ++s) {
+          rewrite_tokens(topo, counts, cpu, s,
+                         std::span<const int32_t>(ids[i]).subspan(static_cast<size_t>(s) * n, n),
+                         args.top_k, want_slots);
+          r.ok = r.ok && std::equal(want_slots.begin(), want_slots.end(),
+                                    got_slots.begin() + static_cast<size_t>(s) * n);
+        }
+      }
+    }
+    r.ok = r.ok && planner.read_errors() == 0;
+    try {
+      rt->check_status();
+    } catch (const std::exception& e) {
+      std::fprintf(stderr, "runtime status: %s\n", e.what());
+      r.ok = false;
+    }
+  }
+  for (auto* g : {&g_path, &g_two, &g_count, &g_exchange, &g_plan_rewrite, &g_timed}) destroy(*g);
+  for (int32_t* d : d_ids) BENCH_CUDA(cudaFree(d));
+  for (int32_t* d : {rows, matrix, plan, slots}) BENCH_CUDA(cudaFree(d));
+  BENCH_CUDA(cudaFree(timer));
+  return r;
+}
+
+}  // namespace
+
+int main(int argc, char** argv) {
+  const Args args = parse(argc, argv);
+  const auto layers = iser::gpu_test::read_histogram_csv(args.data);
+  cudaDeviceProp prop{};
+  BENCH_CUDA(cudaGetDeviceProperties(&prop, 0));
+  cudaStream_t stream;
+  BENCH_CUDA(cudaStreamCreateWithFlags(&stream, cudaStreamNonBlocking));
+  const size_t flush_bytes = std::max<size_t>(size_t{4} * prop.l2CacheSize, size_t{256} << 20);
+  void* flush = nullptr;
+  BENCH_CUDA(cudaMalloc(&flush, flush_bytes));
+  std::vector<cudaGraphExec_t> g_empty{make_graph(stream, [&] { empty_kernel<<<1, 32, 0, stream>>>(); })};
+  // Warm the clocks before the floor: timed first, it would include the ramp.
+  time_graphs(args, g_empty, stream, flush, flush_bytes);
+  const double floor_us = time_graphs(args, g_empty, stream, flush, flush_bytes);
+  std::printf("# %s, %d SMs; empty graph (one empty kernel) timed the same way: %.2f us\n",
+              prop.name, prop.multiProcessorCount, floor_us);
+  bool ok = bench_count(args, layers, stream, flush, flush_bytes, floor_us);
+
+  std::printf("# decode path: P logical ranks on one GPU, E = %d, S = %d, tau = %d per rank, k = %d; "
+              "count -> exchange -> plan + rewrite in one graph, events around the replay, L2 "
+              "flushed, median of %d over %d inputs\n",
+              args.experts, args.slots, args.tokens, args.top_k, args.iters, args.inputs);
+  std::printf("%4s %10s %10s %10s %10s %12s %12s %9s %8s\n", "P", "path_us", "two_k_us",
+              "count_us", "exch_us", "plan+rw_us", "plan_kern_us", "empty_us", "check");
+  for (const int P : args.ranks) {
+    const PathRow r = bench_path(args, P, layers, stream, flush, flush_bytes);
+    ok = ok && r.ok;
+    std::printf("%4d %10.2f %10.2f %10.2f %10.2f %12.2f %12.2f %9.2f %8s\n", P, r.path_us,
+                r.two_kernel_us, r.count_us, r.exchange_us, r.plan_rewrite_us, r.plan_kernel_us,
+                floor_us, !args.check ? "-" : (r.ok ? "ok" : "FAILED"));
+    std::fflush(stdout);
+  }
+  destroy(g_empty);
+  BENCH_CUDA(cudaFree(flush));
+  BENCH_CUDA(cudaStreamDestroy(stream));
+  return ok ? 0 : 1;
+}
