@@ -7,6 +7,8 @@
 // so one plan CTA stands for each rank's own planner; every rank's routes are rewritten). CUDA
 // events around one graph replay, L2 flushed before every replay, inputs cycled; medians. Each
 // stage is also timed alone (its own graph, same protocol), beside the empty graph's time.
+// cx_path: the same path with the count inside the exchange kernel (Runtime::count_and_exchange):
+// two launches instead of three; cx: that kernel alone.
 // Inputs: tokens sampled from the bundled real histograms (docs/design.md §8 sampling rule).
 //
 // Count section: one row of tau*k ids (-r sizes) into E bins; events around one graph replay (L2
@@ -228,10 +230,11 @@ bool bench_count(const Args& args, const std::vector<std::vector<double>>& layer
                  cudaStream_t stream, void* flush, size_t flush_bytes, double floor_us) {
   using namespace iser;
   const int E = args.experts;
-  std::printf("# count: one row of tau*k ids into E = %d bins; events around one graph replay "
-              "(L2 flushed), in-kernel span, per launch in a graph of 100 (L2 warm); median of "
-              "%d; empty graph %.2f us\n",
-              E, args.iters, floor_us);
+  std::printf(
+      "# count: one row of tau*k ids into E = %d bins; events around one graph replay "
+      "(L2 flushed), in-kernel span, per launch in a graph of 100 (L2 warm); median of "
+      "%d; empty graph %.2f us\n",
+      E, args.iters, floor_us);
   std::printf("%8s %12s %12s %14s %14s %12s %8s\n", "routes", "new_ev_us", "new_kern_us",
               "new_graph100", "prev_ev_us", "prev_graph100", "check");
   bool ok = true;
@@ -263,7 +266,9 @@ bool bench_count(const Args& args, const std::vector<std::vector<double>>& layer
     p.num_tiles = tiles;
     p.num_experts = E;
     BENCH_CUDA(static_cast<cudaError_t>(cuda::prepare_count_kernel(cuda::count_smem_bytes(p))));
-    const auto launch_new = [&] { BENCH_CUDA(static_cast<cudaError_t>(cuda::launch_count(p, stream))); };
+    const auto launch_new = [&] {
+      BENCH_CUDA(static_cast<cudaError_t>(cuda::launch_count(p, stream)));
+    };
     const auto launch_prev = [&] {
       previous_count_kernel<<<tiles, 256, sizeof(int32_t) * E, stream>>>(
           d_ids, routes, tiles, E, d_prev_counts, d_tiles, tickets);
@@ -284,9 +289,8 @@ bool bench_count(const Args& args, const std::vector<std::vector<double>>& layer
     // In-kernel span: the timed launch records it (a graph of its own, timer reset outside).
     cuda::CountParams timed = p;
     timed.timer = timer;
-    std::vector<cudaGraphExec_t> g_timed{make_graph(stream, [&] {
-      BENCH_CUDA(static_cast<cudaError_t>(cuda::launch_count(timed, stream)));
-    })};
+    std::vector<cudaGraphExec_t> g_timed{make_graph(
+        stream, [&] { BENCH_CUDA(static_cast<cudaError_t>(cuda::launch_count(timed, stream))); })};
     std::vector<double> spans;
     const unsigned long long reset[2] = {~0ull, 0ull};
     for (int j = 0; j < args.warmup + args.iters; ++j) {
@@ -302,8 +306,8 @@ bool bench_count(const Args& args, const std::vector<std::vector<double>>& layer
     const std::vector<int32_t> want_row(want.data().begin(), want.data().end());
     uint32_t errors = 0;
     BENCH_CUDA(cudaMemcpy(&errors, error_word, sizeof(errors), cudaMemcpyDeviceToHost));
-    const bool row_ok = download(d_counts, E) == want_row && download(d_prev_counts, E) == want_row &&
-                        errors == 0;
+    const bool row_ok =
+        download(d_counts, E) == want_row && download(d_prev_counts, E) == want_row && errors == 0;
     ok = ok && row_ok;
     std::printf("%8d %12.2f %12.2f %14.2f %14.2f %12.2f %8s\n", routes, new_ev, median(spans),
                 new100, prev_ev, prev100, row_ok ? "ok" : "FAILED");
@@ -321,6 +325,7 @@ bool bench_count(const Args& args, const std::vector<std::vector<double>>& layer
 
 struct PathRow {
   double path_us = 0, two_kernel_us = 0, count_us = 0, exchange_us = 0, plan_rewrite_us = 0;
+  double one_launch_us = 0, count_exchange_us = 0;  // count inside the exchange kernel
   double plan_kernel_us = 0;
   bool ok = true;
 };
@@ -359,8 +364,20 @@ PathRow bench_path(const Args& args, int P, const std::vector<std::vector<double
   BENCH_CUDA(cudaMalloc(&plan, sizeof(int32_t) * planner.plan_words()));
   BENCH_CUDA(cudaMalloc(&slots, sizeof(int32_t) * P * n));
 
-  const auto count = [&](int i) { planner.count(d_ids[i], args.tokens, args.top_k, rows, stream, P); };
+  const auto count = [&](int i) {
+    planner.count(d_ids[i], args.tokens, args.top_k, rows, stream, P);
+  };
   const auto exchange = [&] { rt->exchange_counts(rows, matrix, kDeviceGeneration, stream); };
+  const auto count_exchange = [&](int i) {
+    const GpuPlanner::CountOutputs out = planner.count_outputs(args.tokens, args.top_k, P);
+    Runtime::CountInput in;
+    in.topk_ids = d_ids[i];
+    in.num_routes = n;
+    in.rows = rows;
+    in.tile_counts = out.tile_counts;
+    in.error_word = out.error_word;
+    rt->count_and_exchange(in, matrix, kDeviceGeneration, stream);
+  };
   // Local rank 0's copy of the matrix: every rank's copy is the same matrix.
   const auto plan_rewrite = [&](int i) {
     planner.plan_rewrite_all(matrix, plan, d_ids[i], args.tokens, args.top_k, 1, slots, stream);
@@ -369,7 +386,8 @@ PathRow bench_path(const Args& args, int P, const std::vector<std::vector<double
     planner.plan(matrix, plan, stream, 1);
     planner.rewrite_all(d_ids[i], args.tokens, args.top_k, matrix, plan, 1, slots, stream);
   };
-  std::vector<cudaGraphExec_t> g_path, g_two, g_count, g_exchange, g_plan_rewrite;
+  std::vector<cudaGraphExec_t> g_path, g_two, g_count, g_exchange, g_plan_rewrite, g_one,
+      g_count_exchange;
   for (int i = 0; i < num_inputs; ++i) {
     g_path.push_back(make_graph(stream, [&] {
       count(i);
@@ -382,6 +400,11 @@ PathRow bench_path(const Args& args, int P, const std::vector<std::vector<double
       plan_then_rewrite(i);
     }));
     g_count.push_back(make_graph(stream, [&] { count(i); }));
+    g_one.push_back(make_graph(stream, [&] {
+      count_exchange(i);
+      plan_rewrite(i);
+    }));
+    g_count_exchange.push_back(make_graph(stream, [&] { count_exchange(i); }));
   }
   g_exchange.push_back(make_graph(stream, exchange));
   g_plan_rewrite.push_back(make_graph(stream, [&] { plan_rewrite(0); }));
@@ -391,6 +414,8 @@ PathRow bench_path(const Args& args, int P, const std::vector<std::vector<double
   r.two_kernel_us = time_graphs(args, g_two, stream, flush, flush_bytes);
   r.count_us = time_graphs(args, g_count, stream, flush, flush_bytes);
   r.exchange_us = time_graphs(args, g_exchange, stream, flush, flush_bytes);
+  r.one_launch_us = time_graphs(args, g_one, stream, flush, flush_bytes);
+  r.count_exchange_us = time_graphs(args, g_count_exchange, stream, flush, flush_bytes);
   // The plan + rewrite stage alone re-plans input 0's matrix and rewrites its ids: the path's
   // graph of input 0 runs first so that the count rows, tile counts and matrix are input 0's.
   BENCH_CUDA(cudaGraphLaunch(g_path[0], stream));
@@ -418,7 +443,7 @@ PathRow bench_path(const Args& args, int P, const std::vector<std::vector<double
   if (args.check) {
     planner.clear_errors(stream);
     for (int i = 0; i < num_inputs && r.ok; ++i) {
-      for (auto* graphs : {&g_path, &g_two}) {
+      for (auto* graphs : {&g_path, &g_two, &g_one}) {
         BENCH_CUDA(cudaGraphLaunch((*graphs)[i], stream));
         BENCH_CUDA(cudaStreamSynchronize(stream));
         const CountMatrix counts = CountMatrix::from_topk(ids[i], P, args.tokens, args.top_k, E);
@@ -448,7 +473,10 @@ PathRow bench_path(const Args& args, int P, const std::vector<std::vector<double
       r.ok = false;
     }
   }
-  for (auto* g : {&g_path, &g_two, &g_count, &g_exchange, &g_plan_rewrite, &g_timed}) destroy(*g);
+  for (auto* g : {&g_path, &g_two, &g_count, &g_exchange, &g_plan_rewrite, &g_timed, &g_one,
+                  &g_count_exchange}) {
+    destroy(*g);
+  }
   for (int32_t* d : d_ids) BENCH_CUDA(cudaFree(d));
   for (int32_t* d : {rows, matrix, plan, slots}) BENCH_CUDA(cudaFree(d));
   BENCH_CUDA(cudaFree(timer));
@@ -467,7 +495,8 @@ int main(int argc, char** argv) {
   const size_t flush_bytes = std::max<size_t>(size_t{4} * prop.l2CacheSize, size_t{256} << 20);
   void* flush = nullptr;
   BENCH_CUDA(cudaMalloc(&flush, flush_bytes));
-  std::vector<cudaGraphExec_t> g_empty{make_graph(stream, [&] { empty_kernel<<<1, 32, 0, stream>>>(); })};
+  std::vector<cudaGraphExec_t> g_empty{
+      make_graph(stream, [&] { empty_kernel<<<1, 32, 0, stream>>>(); })};
   // Warm the clocks before the floor: timed first, it would include the ramp.
   time_graphs(args, g_empty, stream, flush, flush_bytes);
   const double floor_us = time_graphs(args, g_empty, stream, flush, flush_bytes);
@@ -475,18 +504,21 @@ int main(int argc, char** argv) {
               prop.name, prop.multiProcessorCount, floor_us);
   bool ok = bench_count(args, layers, stream, flush, flush_bytes, floor_us);
 
-  std::printf("# decode path: P logical ranks on one GPU, E = %d, S = %d, tau = %d per rank, k = %d; "
-              "count -> exchange -> plan + rewrite in one graph, events around the replay, L2 "
-              "flushed, median of %d over %d inputs\n",
-              args.experts, args.slots, args.tokens, args.top_k, args.iters, args.inputs);
-  std::printf("%4s %10s %10s %10s %10s %12s %12s %9s %8s\n", "P", "path_us", "two_k_us",
-              "count_us", "exch_us", "plan+rw_us", "plan_kern_us", "empty_us", "check");
+  std::printf(
+      "# decode path: P logical ranks on one GPU, E = %d, S = %d, tau = %d per rank, k = %d; "
+      "count -> exchange -> plan + rewrite in one graph, events around the replay, L2 "
+      "flushed, median of %d over %d inputs\n",
+      args.experts, args.slots, args.tokens, args.top_k, args.iters, args.inputs);
+  std::printf("%4s %10s %10s %10s %10s %10s %10s %12s %12s %9s %8s\n", "P", "path_us", "two_k_us",
+              "cx_path_us", "count_us", "exch_us", "cx_us", "plan+rw_us", "plan_kern_us",
+              "empty_us", "check");
   for (const int P : args.ranks) {
     const PathRow r = bench_path(args, P, layers, stream, flush, flush_bytes);
     ok = ok && r.ok;
-    std::printf("%4d %10.2f %10.2f %10.2f %10.2f %12.2f %12.2f %9.2f %8s\n", P, r.path_us,
-                r.two_kernel_us, r.count_us, r.exchange_us, r.plan_rewrite_us, r.plan_kernel_us,
-                floor_us, !args.check ? "-" : (r.ok ? "ok" : "FAILED"));
+    std::printf("%4d %10.2f %10.2f %10.2f %10.2f %10.2f %10.2f %12.2f %12.2f %9.2f %8s\n", P,
+                r.path_us, r.two_kernel_us, r.one_launch_us, r.count_us, r.exchange_us,
+                r.count_exchange_us, r.plan_rewrite_us, r.plan_kernel_us, floor_us,
+                !args.check ? "-" : (r.ok ? "ok" : "FAILED"));
     std::fflush(stdout);
   }
   destroy(g_empty);

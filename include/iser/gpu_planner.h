@@ -157,6 +157,16 @@ class GpuPlanner {
   void count(const int32_t* topk_ids, int num_tokens, int top_k, int32_t* counts,
              CUstream_st* stream, int num_rows = 1);
 
+  // Where count() of num_rows rows of num_tokens * top_k routes writes besides the counts, for a
+  // count done by another kernel (Runtime::count_and_exchange): the per-tile histograms and the
+  // error word. Records that shape as counted, as count() does (rewrite() and plan_rewrite*()
+  // check it); the caller's kernel must write them, in stream order before the rewrite.
+  struct CountOutputs {
+    int32_t* tile_counts = nullptr;
+    uint32_t* error_word = nullptr;
+  };
+  CountOutputs count_outputs(int num_tokens, int top_k, int num_rows = 1);
+
   // All-gathered counts [num_plans][P][E] -> plans [num_plans][plan_words()] (one CTA each).
   void plan(const int32_t* counts, int32_t* plans, CUstream_st* stream, int num_plans = 1);
 

@@ -246,6 +246,19 @@ class Runtime {
   // `matrix` still indexed by local rank from 0; fault injection and per-rank streams in tests).
   void exchange_counts_ranks(int local_begin, int local_end, const int32_t* rows, int32_t* matrix,
                              uint64_t epoch, StreamHandle stream);
+  // The count and the exchange in one launch (decode sizes: one CTA counts each rank's routes):
+  // every local rank's topk ids -> its count row -> the exchange above. The outputs of
+  // GpuPlanner::count() of the same ids go to `count` (GpuPlanner::count_outputs), so its
+  // rewrite() / plan_rewrite*() may follow.
+  struct CountInput {
+    const int32_t* topk_ids = nullptr;  // [num_local][num_routes] device, -1 = none
+    int num_routes = 0;                 // tau * k per rank
+    int32_t* rows = nullptr;            // optional: [num_local][E] the count rows
+    int32_t* tile_counts = nullptr;     // GpuPlanner::CountOutputs::tile_counts
+    uint32_t* error_word = nullptr;     // GpuPlanner::CountOutputs::error_word
+  };
+  void count_and_exchange(const CountInput& count, int32_t* matrix, uint64_t epoch,
+                          StreamHandle stream);
 
   // Replicate generation `generation` (>= 1, increasing by one per call, or kDeviceGeneration:
   // the rank's last generation + 1; CUDA-graph capturable) of layer `layer`'s

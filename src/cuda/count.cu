@@ -2,6 +2,7 @@
 #include <cuda_runtime.h>
 
 #include "cuda/count.cuh"
+#include "cuda/launch_check.h"
 
 namespace iser::cuda {
 
@@ -10,8 +11,8 @@ int count_smem_bytes(const CountParams& params) {
 }
 
 int prepare_count_kernel(int smem_bytes) {
-  return static_cast<int>(cudaFuncSetAttribute(
-      count_kernel, cudaFuncAttributeMaxDynamicSharedMemorySize, smem_bytes));
+  return static_cast<int>(
+      raise_dynamic_smem_limit(reinterpret_cast<const void*>(count_kernel), smem_bytes));
 }
 
 int launch_count(const CountParams& params, CUstream_st* stream) {

@@ -42,14 +42,15 @@ __host__ __device__ constexpr int count_smem_bytes(int num_tiles, int num_expert
 __global__ void __launch_bounds__(CountConfig::kThreads) count_kernel(const CountParams p) {
   namespace cg = cooperative_groups;
   extern __shared__ int32_t smem[];
-  if (p.timer != nullptr && threadIdx.x == 0) atomicMin(p.timer, static_cast<unsigned long long>(globaltimer_ns()));
+  if (p.timer != nullptr && threadIdx.x == 0)
+    atomicMin(p.timer, static_cast<unsigned long long>(globaltimer_ns()));
   const int tid = static_cast<int>(threadIdx.x);
   const int row = static_cast<int>(blockIdx.y);
   const int cta = static_cast<int>(blockIdx.x);  // rank in the row's cluster (cluster = grid.x)
   const int num_ctas = static_cast<int>(gridDim.x);
   const int E = p.num_experts;
   const int my_tiles = (p.num_tiles - cta + num_ctas - 1) / num_ctas;
-  int32_t* hist = smem;                                         // [my_tiles][E]
+  int32_t* hist = smem;                                            // [my_tiles][E]
   int32_t* partial = smem + count_tiles_per_cta(p.num_tiles) * E;  // [E]
   for (int i = tid; i < my_tiles * E; i += CountConfig::kThreads) hist[i] = 0;
   __syncthreads();

@@ -1,9 +1,12 @@
 // Count exchange without the host (docs/design.md §9): every rank stores its count row into every
 // peer's symmetric region and stamps it with the epoch; readers acquire all P stamps and copy the
-// matrix out.
+// matrix out. Optionally the kernel counts the rank's topk ids first (count_and_exchange: one
+// launch instead of count + exchange at decode sizes), with the count kernel's outputs.
 #include "cuda/kernels.h"
+#include "cuda/planner_kernels.h"
 #include "cuda/replicate_base.cuh"
 #include "cuda/sync.cuh"
+#include "iser/gpu_planner.h"
 
 namespace iser::cuda {
 namespace {
@@ -14,11 +17,49 @@ struct CountExchangeConfig {
 
 struct CountExchangeParams {
   RankSpace space;
-  const int32_t* rows;  // [num_local][E]
+  const int32_t* rows;  // [num_local][E], or the count rows written when count.topk_ids is set
   int32_t* matrix;      // [num_local][P][E]
   uint64_t epoch;
   int32_t local_begin;  // blockIdx.x + local_begin = local rank
+  ExchangeCount count;  // topk_ids == nullptr: `rows` is the input
 };
+
+// The count kernel's work for one row on one CTA (count.cuh does it on a cluster per row): tile
+// by tile, a shared-memory histogram stored to the row's tile counts and added to `row_hist`.
+// Ids outside [-1, E) are ignored and set kGpuBadExpertId. Ends with a barrier.
+__device__ void count_row_one_cta(const ExchangeCount& c, int local_idx, int num_experts,
+                                  int32_t* tile_hist, int32_t* row_hist) {
+  const int E = num_experts;
+  const int num_tiles = c.num_routes <= 0 ? 1 : (c.num_routes + kRouteTile - 1) / kRouteTile;
+  const int32_t* ids = c.topk_ids + static_cast<int64_t>(local_idx) * c.num_routes;
+  int32_t* tile_rows = c.tile_counts + static_cast<int64_t>(local_idx) * num_tiles * E;
+  for (int e = threadIdx.x; e < E; e += blockDim.x) row_hist[e] = 0;
+  bool bad = false;
+  for (int tile = 0; tile < num_tiles; ++tile) {
+    for (int e = threadIdx.x; e < E; e += blockDim.x) tile_hist[e] = 0;
+    __syncthreads();
+    const int end = min((tile + 1) * kRouteTile, c.num_routes);
+    for (int i = tile * kRouteTile + static_cast<int>(threadIdx.x); i < end; i += blockDim.x) {
+      const int32_t id = __ldg(ids + i);
+      if (id >= 0 && id < E) {
+        atomicAdd(&tile_hist[id], 1);
+      } else if (id != -1) {
+        bad = true;
+      }
+    }
+    __syncthreads();
+    for (int e = threadIdx.x; e < E; e += blockDim.x) {
+      tile_rows[static_cast<int64_t>(tile) * E + e] = tile_hist[e];
+      row_hist[e] += tile_hist[e];
+    }
+  }
+  if (__syncthreads_or(bad) && threadIdx.x == 0) atomicOr(c.error_word, kGpuBadExpertId);
+  if (c.rows != nullptr) {
+    for (int e = threadIdx.x; e < E; e += blockDim.x) {
+      c.rows[static_cast<int64_t>(local_idx) * E + e] = row_hist[e];
+    }
+  }
+}
 
 // NOTE: rows are double-buffered by epoch parity, and each row carries a stamp: the epoch it
 // holds (count_stamps[parity][s], stored with release after the row). A reader of epoch e takes
@@ -52,8 +93,8 @@ __device__ __forceinline__ void push_row(const RankSpace& space, const int32_t* 
   for (int64_t i = threadIdx.x; i < total; i += blockDim.x) {
     const int dst_rank = static_cast<int>(i / row_words);
     if (!test_bit(deliver, dst_rank)) continue;
-    auto* dst = reinterpret_cast<Word*>(space.peer_bases[dst_rank] +
-                                        space.layout.count_row(parity, rank));
+    auto* dst =
+        reinterpret_cast<Word*>(space.peer_bases[dst_rank] + space.layout.count_row(parity, rank));
     const int64_t word = i - static_cast<int64_t>(dst_rank) * row_words;
     dst[word] = words[word];
   }
@@ -77,7 +118,11 @@ __global__ void __launch_bounds__(CountExchangeConfig::kThreads)
   Scratch* scratch = space.scratch + local_idx;
   const uint64_t epoch = resolve_generation(p.epoch, &scratch->epoch, true);
   const int parity = static_cast<int>(epoch & 1);
-  const int32_t* row = p.rows + static_cast<int64_t>(local_idx) * num_experts;
+  // Counting: [tile histogram][row], 16-byte aligned for the wide pushes.
+  extern __shared__ __align__(16) int32_t count_smem[];
+  const int32_t* row = p.count.topk_ids != nullptr
+                           ? count_smem + num_experts
+                           : p.rows + static_cast<int64_t>(local_idx) * num_experts;
   const auto* progress =
       reinterpret_cast<const uint64_t*>(space.peer_bases[rank] + layout.count_flags);
   __shared__ uint32_t deliver[ReplicateConfig::kRankWords];
@@ -96,9 +141,13 @@ __global__ void __launch_bounds__(CountExchangeConfig::kThreads)
     }
   }
   __syncthreads();
+  // 1b. Count my row (count_and_exchange), after publishing: the peers' pushes need no row of mine.
+  if (p.count.topk_ids != nullptr) {
+    count_row_one_cta(p.count, local_idx, num_experts, count_smem, count_smem + num_experts);
+  }
   // 2. Push my row to each of them (myself included): 16-byte stores when the rows allow them
   //    (E % 4 == 0 keeps every row of the regions and of `rows` / `matrix` 16-byte aligned).
-  const bool wide = num_experts % 4 == 0 && is_aligned16(p.rows) && is_aligned16(p.matrix);
+  const bool wide = num_experts % 4 == 0 && is_aligned16(row) && is_aligned16(p.matrix);
   if (wide) {
     push_row<int4>(space, row, rank, parity, deliver, num_experts / 4);
   } else {
@@ -145,9 +194,12 @@ __global__ void __launch_bounds__(CountExchangeConfig::kThreads)
 
 cudaError_t launch_count_exchange(const RankSpace& space, const int32_t* rows, int32_t* matrix,
                                   uint64_t epoch, int local_begin, int local_end,
-                                  cudaStream_t stream) {
-  CountExchangeParams params{space, rows, matrix, epoch, local_begin};
-  count_exchange_kernel<<<local_end - local_begin, CountExchangeConfig::kThreads, 0, stream>>>(
+                                  cudaStream_t stream, const ExchangeCount& count) {
+  CountExchangeParams params{space, rows, matrix, epoch, local_begin, count};
+  const size_t smem = count.topk_ids != nullptr
+                          ? 2 * sizeof(int32_t) * static_cast<size_t>(space.layout.num_experts)
+                          : 0;
+  count_exchange_kernel<<<local_end - local_begin, CountExchangeConfig::kThreads, smem, stream>>>(
       params);
   return cudaGetLastError();
 }

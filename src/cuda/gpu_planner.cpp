@@ -303,11 +303,11 @@ GpuPlanner::GpuPlanner(const Topology& topo, int max_routes_per_rank,
     ISER_CUDA_CHECK(
         cudaDeviceGetAttribute(&smem_optin, cudaDevAttrMaxSharedMemoryPerBlockOptin, device));
     ISER_CUDA_CHECK(cudaDeviceGetAttribute(&d.num_sms, cudaDevAttrMultiProcessorCount, device));
-    ISER_CHECK(d.plan_smem <= smem_optin && d.rewrite_smem <= smem_optin &&
-                   count_smem <= smem_optin,
-               "GPU planner: P = {}, E = {}, S = {} needs {} / {} / {} bytes of shared memory "
-               "(plan / rewrite / count), the device allows {}",
-               P, E, S, d.plan_smem, d.rewrite_smem, count_smem, smem_optin);
+    ISER_CHECK(
+        d.plan_smem <= smem_optin && d.rewrite_smem <= smem_optin && count_smem <= smem_optin,
+        "GPU planner: P = {}, E = {}, S = {} needs {} / {} / {} bytes of shared memory "
+        "(plan / rewrite / count), the device allows {}",
+        P, E, S, d.plan_smem, d.rewrite_smem, count_smem, smem_optin);
     ISER_CUDA_CHECK(static_cast<cudaError_t>(cuda::prepare_count_kernel(count_smem)));
     ISER_CUDA_CHECK(static_cast<cudaError_t>(cuda::prepare_plan_kernel(d.plan_smem)));
     ISER_CUDA_CHECK(static_cast<cudaError_t>(cuda::prepare_rewrite_kernel(d.rewrite_smem)));
@@ -324,7 +324,8 @@ GpuPlanner::GpuPlanner(const Topology& topo, int max_routes_per_rank,
     }
     // NOTE: cudaMemset runs on the default stream and may return before it lands; nothing orders
     // a caller's non-blocking stream after it. Without this wait, a count() issued right after
-    // construction could have its error bits cleared, or a fused kernel read unzeroed sync words. Set-up only: no per-invocation call waits.
+    // construction could have its error bits cleared, or a fused kernel read unzeroed sync words.
+    // Set-up only: no per-invocation call waits.
     ISER_CUDA_CHECK(cudaStreamSynchronize(nullptr));
   } catch (...) {
     delete impl_;
@@ -371,8 +372,7 @@ uint32_t GpuPlanner::read_errors() const {
   return value;
 }
 
-void GpuPlanner::count(const int32_t* topk_ids, int num_tokens, int top_k, int32_t* counts,
-                       CUstream_st* stream, int num_rows) {
+GpuPlanner::CountOutputs GpuPlanner::count_outputs(int num_tokens, int top_k, int num_rows) {
   Impl& d = *impl_;
   ISER_CHECK(num_tokens >= 0 && top_k >= 1, "GPU count: invalid num_tokens = {}, top_k = {}",
              num_tokens, top_k);
@@ -382,18 +382,25 @@ void GpuPlanner::count(const int32_t* topk_ids, int num_tokens, int top_k, int32
              top_k, routes, d.max_routes);
   ISER_CHECK(num_rows >= 1 && num_rows <= d.max_rows, "GPU count: num_rows = {} outside [1, {}]",
              num_rows, d.max_rows);
+  d.counted_routes = static_cast<int>(routes);
+  d.counted_rows = num_rows;
+  return {d.tile_counts.get(), d.error_word.get()};
+}
+
+void GpuPlanner::count(const int32_t* topk_ids, int num_tokens, int top_k, int32_t* counts,
+                       CUstream_st* stream, int num_rows) {
+  const CountOutputs outputs = count_outputs(num_tokens, top_k, num_rows);
+  const Impl& d = *impl_;
   cuda::CountParams p;
   p.topk_ids = topk_ids;
   p.counts = counts;
-  p.tile_counts = d.tile_counts.get();
-  p.error_word = d.error_word.get();
+  p.tile_counts = outputs.tile_counts;
+  p.error_word = outputs.error_word;
   p.num_rows = num_rows;
-  p.num_routes = static_cast<int>(routes);
+  p.num_routes = d.counted_routes;
   p.num_tiles = cuda::num_route_tiles(p.num_routes);
   p.num_experts = d.topo.num_experts;
   ISER_CUDA_CHECK(static_cast<cudaError_t>(cuda::launch_count(p, stream)));
-  d.counted_routes = p.num_routes;
-  d.counted_rows = num_rows;
 }
 
 void GpuPlanner::plan(const int32_t* counts, int32_t* plans, CUstream_st* stream, int num_plans) {

@@ -82,10 +82,21 @@ cudaError_t launch_copy_engine_fence(const RankSpace& space, const CopyOp* ops, 
 cudaError_t launch_publish_ready(const RankSpace& space, uint64_t generation, int num_local,
                                  cudaStream_t stream);
 
-// Count exchange of local ranks [local_begin, local_end) (rows/matrix indexed from local rank 0).
+// The count the exchange kernel may do first (Runtime::count_and_exchange): every local rank's
+// topk ids [num_local][num_routes] -> tile counts [num_local][tiles][E] (as the count kernel's)
+// and, when rows != nullptr, its count row [num_local][E].
+struct ExchangeCount {
+  const int32_t* topk_ids = nullptr;
+  int32_t num_routes = 0;
+  int32_t* rows = nullptr;
+  int32_t* tile_counts = nullptr;
+  uint32_t* error_word = nullptr;
+};
+// Count exchange of local ranks [local_begin, local_end) (rows/matrix indexed from local rank 0);
+// with count.topk_ids set, each rank's row is counted in the kernel (`rows` is then unused).
 cudaError_t launch_count_exchange(const RankSpace& space, const int32_t* rows, int32_t* matrix,
                                   uint64_t epoch, int local_begin, int local_end,
-                                  cudaStream_t stream);
+                                  cudaStream_t stream, const ExchangeCount& count = {});
 cudaError_t launch_ready_gate(const RankSpace& space, const CopyOp* ops, int num_ops,
                               uint64_t generation, int32_t* slot_expert, int32_t mode_override,
                               int num_local, cudaStream_t stream);

@@ -301,6 +301,24 @@ void Runtime::exchange_counts_ranks(int local_begin, int local_end, const int32_
       local_begin, local_end, stream));
 }
 
+void Runtime::count_and_exchange(const CountInput& count, int32_t* matrix, uint64_t epoch,
+                                 StreamHandle stream) {
+  ISER_CHECK(count.topk_ids != nullptr && count.tile_counts != nullptr &&
+                 count.error_word != nullptr && matrix != nullptr,
+             "count exchange: null topk_ids, tile_counts, error_word or matrix");
+  ISER_CHECK(count.num_routes >= 0, "count exchange: num_routes = {} must be >= 0",
+             count.num_routes);
+  cuda::ExchangeCount in;
+  in.topk_ids = count.topk_ids;
+  in.num_routes = count.num_routes;
+  in.rows = count.rows;
+  in.tile_counts = count.tile_counts;
+  in.error_word = count.error_word;
+  ISER_CUDA_CHECK(cuda::launch_count_exchange(
+      make_space(config_, device_peer_bases_, first_rank_, device_scratch_), nullptr, matrix, epoch,
+      0, num_local_ranks_, stream, in));
+}
+
 void Runtime::replicate(const CopyOp* ops, int num_ops, int layer, uint64_t generation,
                         Transport transport, StreamHandle stream, int num_sms) {
   launch_replicate(0, num_local_ranks_, ops, num_ops, layer, generation, transport, stream,

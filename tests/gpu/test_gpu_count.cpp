@@ -1,18 +1,26 @@
 // Count kernel == CPU: count rows and per-tile histograms (the rewrite kernels' route ordinals)
 // over row lengths around the tile and cluster boundaries, E not a multiple of 4, -1 ids, ids out
-// of range (kGpuBadExpertId), tau = 0 / 1, several rows, skewed and uniform ids, graph replays.
+// of range (kGpuBadExpertId), tau = 0 / 1, several rows, skewed and uniform ids, graph replays;
+// the count inside the exchange kernel (Runtime::count_and_exchange) on P logical ranks, its
+// matrix, rows and tile counts (through the fused plan + rewrite) against the CPU.
 #include <cuda_runtime.h>
 #include <gtest/gtest.h>
 
 #include <climits>
 #include <random>
+#include <span>
 #include <string>
+#include <tuple>
 #include <vector>
 
 #include "cuda/planner_kernels.h"
 #include "gpu/planner_batches.h"
+#include "iser/counts.h"
 #include "iser/error.h"
 #include "iser/gpu_planner.h"
+#include "iser/planner.h"
+#include "iser/rewrite.h"
+#include "iser/runtime.h"
 
 namespace iser {
 namespace {
@@ -23,7 +31,7 @@ struct CountCase {
   int rows = 1;
   int routes = 0;
   int experts = 384;
-  double bad_share = 0.0;  // ids out of range
+  double bad_share = 0.0;   // ids out of range
   double none_share = 0.0;  // -1 ids
   bool skewed = false;      // most ids on expert 0
 };
@@ -192,6 +200,81 @@ TEST(GpuCount, PlannerCountInAGraph) {
   ISER_CUDA_CHECK(cudaGraphDestroy(graph));
   ISER_CUDA_CHECK(cudaStreamDestroy(stream));
   EXPECT_EQ(planner.read_errors(), 0u);
+}
+
+// count_and_exchange: the matrix every rank sees, the rows, the error bit, and the tile counts
+// through plan_rewrite_all (slot ids == rewrite_tokens). E = 15 takes the 4-byte row path.
+TEST(GpuCount, CountInsideTheExchange) {
+  SKIP_WITHOUT_GPU();
+  for (const auto& [P, E, tokens] :
+       {std::tuple{8, 384, 256}, std::tuple{5, 15, 700}, std::tuple{16, 64, 300}}) {
+    const int k = 4;
+    const int n = tokens * k;
+    RuntimeConfig config;
+    config.num_ranks = P;
+    config.num_experts = E;
+    config.num_slots = 2;
+    config.bundle = {4096, 256};
+    const auto rt = Runtime::logical(config);
+    const Topology topo = Topology::make(P, E, 2);
+    GpuPlanner planner(topo, n, {}, P);
+    DeviceBuffer<int32_t> d_ids(static_cast<size_t>(P) * n);
+    DeviceBuffer<int32_t> d_rows(static_cast<size_t>(P) * E);
+    DeviceBuffer<int32_t> d_matrix(static_cast<size_t>(P) * P * E);
+    DeviceBuffer<int32_t> d_plan(planner.plan_words());
+    DeviceBuffer<int32_t> d_slots(static_cast<size_t>(P) * n);
+    std::mt19937 rng(11 + P);
+    for (uint64_t epoch = 1; epoch <= 4; ++epoch) {
+      const std::string what = "P " + std::to_string(P) + " epoch " + std::to_string(epoch);
+      CountCase c;
+      c.rows = P;
+      c.routes = n;
+      c.experts = E;
+      c.skewed = true;
+      c.none_share = 0.05;
+      c.bad_share = epoch == 4 ? 0.01 : 0.0;  // the last epoch reports bad ids
+      std::vector<int32_t> ids = make_ids(c, rng);
+      d_ids.upload(ids);
+      const GpuPlanner::CountOutputs out = planner.count_outputs(tokens, k, P);
+      Runtime::CountInput in;
+      in.topk_ids = d_ids.ptr;
+      in.num_routes = n;
+      in.rows = d_rows.ptr;
+      in.tile_counts = out.tile_counts;
+      in.error_word = out.error_word;
+      planner.clear_errors(nullptr);
+      rt->count_and_exchange(in, d_matrix.ptr, epoch, nullptr);
+      planner.plan_rewrite_all(d_matrix.ptr, d_plan.ptr, d_ids.ptr, tokens, k, 1, d_slots.ptr,
+                               nullptr);
+      ISER_CUDA_CHECK(cudaDeviceSynchronize());
+      for (auto& id : ids) {
+        if (id < -1 || id >= E) id = -1;  // ignored by the GPU, as by the CPU's -1
+      }
+      const CountMatrix counts = CountMatrix::from_topk(ids, P, tokens, k, E);
+      const std::vector<int32_t> want(counts.data().begin(), counts.data().end());
+      EXPECT_EQ(d_rows.download(want.size()), want) << what;
+      const auto matrix = d_matrix.download(static_cast<size_t>(P) * P * E);
+      for (int r = 0; r < P; ++r) {
+        EXPECT_TRUE(std::equal(want.begin(), want.end(), matrix.begin() + size_t{1} * r * P * E))
+            << what << " rank " << r;
+      }
+      const Plan cpu = plan_halo_q(topo, counts);
+      EXPECT_TRUE(download_plan(planner.layout(), d_plan.ptr) == cpu) << what;
+      const auto slots = d_slots.download(static_cast<size_t>(P) * n);
+      std::vector<int32_t> want_slots(n);
+      for (int r = 0; r < P; ++r) {
+        rewrite_tokens(topo, counts, cpu, r,
+                       std::span<const int32_t>(ids).subspan(static_cast<size_t>(r) * n, n), k,
+                       want_slots);
+        EXPECT_TRUE(std::equal(want_slots.begin(), want_slots.end(),
+                               slots.begin() + static_cast<size_t>(r) * n))
+            << what << " rank " << r;
+      }
+      EXPECT_EQ(planner.read_errors(), epoch == 4 ? static_cast<uint32_t>(kGpuBadExpertId) : 0u)
+          << what;
+    }
+    rt->check_status();
+  }
 }
 
 }  // namespace
