@@ -5,11 +5,17 @@
 //   2. HALO-Q's placement (absorb and owner_in_group off),
 //   3. for d = 256, 128, 64, 32 in turn (kIserSlackDivisorFinest ... Coarsest), only when the best
 //      so far ends above T + T/d: room-aware placement at water level T + T/d.
-// Candidates live in two blocks of the shared arrays (PlanSmem::buffer_words apart): the kept
-// one (block 0, where the later stages read the plan) and the challenger (block 1, copied over
-// block 0 when it wins).
+// Every candidate starts from the home loads and reads only its own block of the shared arrays
+// (PlanSmem::buffer_words apart) besides hist, home loads and HALO-Q's candidates, so the
+// candidates are independent of each other and of which ones the CPU runs:
+// - parallel (PlanParams::iser_blocks == kIserParallelBlocks): candidate k on warp k in block k,
+//   all at once; then the CPU's sequence of comparisons over their costs (a candidate the CPU
+//   would not run is never compared), and the winner copied into block 0, where the later stages
+//   read the plan;
+// - sequential (2 blocks, where the shared memory holds no more): warp 0 plans them one after
+//   the other, the kept one in block 0 and the challenger in block 1, copied over when it wins.
 //
-// Both kinds of placement are plan_detail::place (plan_place.cuh). All of it runs on warp 0.
+// Both kinds of placement are plan_detail::place (plan_place.cuh).
 #pragma once
 
 #include "cuda/plan_place.cuh"
@@ -21,6 +27,9 @@ namespace iser::cuda::plan_detail {
 // starts from the home loads in registers (place_ranks).
 inline __device__ void start_candidate(const State& st, bool room_aware, int lane) {
   __syncwarp();
+  // HALO-Q's placement links no broadcasts: its plans keep -1 (the output stage walks the links).
+#pragma unroll 1
+  for (int b = lane; b < st.max_broadcasts; b += 32) st.b_link[b] = -1;
 #pragma unroll 1
   for (int e = lane; e < st.E; e += 32) {
     st.expert_broadcast[e] = -1;
@@ -60,12 +69,13 @@ __device__ __forceinline__ void keep_block_1(const State& st, int lane) {
   __syncwarp();
 }
 
-// plan_iser's placement (warp 0): leaves the kept candidate in st's own block (block 0; the
+// The sequential form (warp 0): leaves the kept candidate in st's own block (block 0; the
 // challenger is planned in block 1 and copied over when it wins) and returns its number of
 // broadcasts. Out of line: its code and second State view stay out of the HALO-Q path. State
 // and PlanParams go by value (see trade() in plan_repair.cuh: by reference, every thread would
 // store them to local memory at kernel start).
-inline __device__ __noinline__ int place_iser(const State st, const PlanParams p, int T, int lane) {
+inline __device__ __noinline__ int place_iser_sequential(const State st, const PlanParams p, int T,
+                                                         int lane) {
   State challenger = st;
   challenger.use_buffer(1);
   start_candidate(st, true, lane);
@@ -91,6 +101,91 @@ inline __device__ __noinline__ int place_iser(const State st, const PlanParams p
     }
   }
   return num_kept;
+}
+
+inline constexpr int kIserLadderSteps = 4;  // divisors kIserSlackDivisorFinest .. Coarsest
+static_assert(kIserSlackDivisorFinest == kIserSlackDivisorCoarsest << (kIserLadderSteps - 1) &&
+                  kIserParallelBlocks == 2 + kIserLadderSteps,
+              "a candidate block per candidate placement");
+inline constexpr int kIserBarrier = 4;  // named barrier of the candidate warps (plan.cuh uses 0-3)
+
+// Water level of candidate k: T for the first two, then the slack ladder's T + T/d.
+__device__ __forceinline__ int candidate_water(int k, int T) {
+  return k < 2 ? T : T + T / (kIserSlackDivisorFinest >> (k - 2));
+}
+
+// The parallel form: called by warps 0 .. kIserParallelBlocks - 1 (all of them, every lane);
+// warp k plans candidate k in block k. Returns the kept candidate's number of broadcasts on warp 0
+// (its arrays then in block 0 once the caller's block barrier has passed), 0 on the other warps.
+// `run`: the counts passed stage 1, read from the status word by each warp before the call.
+inline __device__ __noinline__ int place_iser_parallel(const State st, const PlanParams p, int T,
+                                                       bool run, int warp, int lane) {
+  __shared__ unsigned long long cost[kIserParallelBlocks];
+  __shared__ int num[kIserParallelBlocks];
+  // NOTE: every candidate warp has read the status word (`run`) before any placement can set a
+  // bit in it (kGpuPlanOverflow), so all of them take the same branch below.
+  named_barrier(kIserBarrier, kIserParallelBlocks * 32);
+  State mine = st;
+  mine.use_buffer(warp);
+  int n = 0;
+  if (run) {
+    const bool room_aware = warp != 1;
+    start_candidate(mine, room_aware, lane);
+    n = place(mine, p, T, candidate_water(warp, T), room_aware, lane);
+  }
+  const unsigned long long c = candidate_cost(mine, n, lane);
+  if (lane == 0) {
+    cost[warp] = c;
+    num[warp] = n;
+  }
+  named_barrier(kIserBarrier, kIserParallelBlocks * 32);
+  // Every candidate warp walks the CPU's comparisons (the same winner on each), then copies its
+  // share of the winner's block into block 0.
+  int kept = 0;
+  unsigned long long cost_kept = cost[0];
+  if (cost[1] < cost_kept) kept = 1, cost_kept = cost[1];
+#pragma unroll
+  for (int k = 2; k < kIserParallelBlocks; ++k) {
+    // Run only while the best so far ends above this water level; kept only when strictly
+    // better (ties: the earlier candidate).
+    if (static_cast<int>(cost_kept >> 32) > candidate_water(k, T) && cost[k] < cost_kept) {
+      kept = k, cost_kept = cost[k];
+    }
+  }
+  if (kept != 0) {
+    // NOTE: block kept is only read and block 0 only written here, by the candidate warps, which
+    // all passed the barrier above (every placement done); the caller's block barrier orders these
+    // stores before the later stages.
+    int4* to = reinterpret_cast<int4*>(st.load);
+    const int4* from = reinterpret_cast<const int4*>(st.load + kept * st.buffer_words);
+#pragma unroll 1
+    for (int i = warp * 32 + lane; i < st.buffer_words / 4; i += kIserParallelBlocks * 32) {
+      to[i] = from[i];
+    }
+  }
+  return warp == 0 ? num[kept] : 0;
+}
+
+// Rank r's quota of b's expert summed over all its broadcasts: the rewrite of an expert
+// broadcast more than once runs the north-west corner once on these combined quotas
+// (rewrite_flows, src/core/rewrite.cpp), so the plan's rewrite tables of each of its broadcasts are
+// those of the combined quotas. Sets `broken` when another broadcast of the expert has a group
+// that meets b's: the rewrite gives a destination the helper slot of the first group holding it,
+// and walks an expert's broadcasts latest first (GpuPlanLayout::kPrevious), which equals the
+// CPU's plan order only while the groups are disjoint.
+// NOTE: the room-aware placement never gives an expert meeting groups (meets_chain), so a broken
+// plan here is an internal error (kGpuPlanInvariant), never a rewrite that differs from the CPU's.
+__device__ __forceinline__ int expert_quota(const State& st, int b, int r, bool& broken) {
+  const int begin = st.b_begin[b];
+  const int end = begin + st.b_size[b];
+  int sum = 0;
+#pragma unroll 1
+  for (int b2 = st.expert_broadcast[st.b_expert[b]]; b2 >= 0; b2 = st.b_link[b2]) {
+    const int idx = st.host_index(b2, r);
+    sum += idx >= 0 ? st.entry[idx].y : 0;
+    broken |= b2 != b && st.b_begin[b2] < end && begin < st.b_begin[b2] + st.b_size[b2];
+  }
+  return sum;
 }
 
 }  // namespace iser::cuda::plan_detail

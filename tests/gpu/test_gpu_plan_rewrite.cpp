@@ -1,7 +1,7 @@
 // The fused planner + rewrite kernel (GpuPlanner::plan_rewrite / plan_rewrite_all) == CPU planner
-// and rewrite_tokens, bit for bit, on the random and real-histogram inputs of the planner tests
-// (planner_batches.h); CUDA-graph replays that must each see their own input (the generation
-// stamps of the plan waits), and the status words of bad inputs.
+// (plan_halo_q, plan_iser) and rewrite_tokens, bit for bit, on the random and real-histogram
+// inputs of the planner tests (planner_batches.h); CUDA-graph replays that must each see their own
+// input (the generation stamps of the plan waits), and the status words of bad inputs.
 #include <cuda_runtime.h>
 #include <gtest/gtest.h>
 
@@ -46,6 +46,31 @@ TEST(GpuPlanRewrite, MatchesCpuOnRealHistograms) {
   const int checked =
       check_real_histograms(gpu_test::read_histogram_csv(path), variant, fused_mode());
   std::printf("fused GPU == CPU on %d real-histogram inputs\n", checked);
+}
+
+// The iser planner in the fused kernel: plans that broadcast an expert more than once included.
+TEST(GpuPlanRewriteIser, MatchesCpuOnRandomSkewedTokens) {
+  SKIP_WITHOUT_GPU();
+  g_iser_repeats = 0;
+  const int checked = check_random_inputs(iser_variant, fused_mode());
+  if (HasFailure()) return;
+  std::printf(
+      "fused GPU iser == CPU plan_iser + rewrite_tokens on %d random inputs (plans and slot ids; "
+      "%d repeat an expert)\n",
+      checked, g_iser_repeats.load());
+  if (test_scale() >= 1.0) {
+    EXPECT_GE(checked, 100000);
+    EXPECT_GT(g_iser_repeats.load(), 0);
+  }
+}
+
+TEST(GpuPlanRewriteIser, MatchesCpuOnRealHistograms) {
+  SKIP_WITHOUT_GPU();
+  const std::string path = shared_data("dsv41-flash/coding.csv");
+  if (!std::filesystem::exists(path)) GTEST_SKIP() << "no " << path;
+  const int checked =
+      check_real_histograms(gpu_test::read_histogram_csv(path), iser_variant, fused_mode());
+  std::printf("fused GPU iser == CPU on %d real-histogram inputs\n", checked);
 }
 
 // One rank's routes of `num_inputs` inputs of one topology, with the CPU's counts.
