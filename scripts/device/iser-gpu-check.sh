@@ -4,7 +4,7 @@
 # Release build of both. Then the planner benchmark (halo-q and iser in the same run, -c 1 checks
 # every plan and slot id), the iser tests (plans and slot ids against plan_iser + rewrite_tokens:
 # random inputs at full scale, real histograms, fused and two kernels), compute-sanitizer memcheck
-# and racecheck on a short run, and HALO-Q's planner tests. Logs go to $OUT.
+# on a short run, HALO-Q's planner tests, then racecheck on the short run. Logs go to $OUT.
 #   DATA=<folder holding dsv41-flash/coding.csv> PREBUILT=<dir> BUDGET=<s> \
 #     bash scripts/device/iser-gpu-check.sh
 source "$(dirname "$0")/common.sh"
@@ -31,12 +31,14 @@ grep -E "GPU|\[  PASSED|\[  FAILED|FAILED  \]|SKIPPED \]|Failure|differ" $O/test
 S=/usr/local/cuda/bin/compute-sanitizer
 F='GpuPlannerIser.MatchesCpuOnRandomSkewedTokens:GpuPlanRewriteIser.MatchesCpuOnRandomSkewedTokens'
 F=$F':GpuPlannerIser.RewritesAnExpertBroadcastTwice'
-for tool in memcheck racecheck; do
-  ISER_GPU_TEST_SCALE=0.002 step san_$tool 40 $S --tool $tool --error-exitcode 9 "$T" \
+san() {
+  step san_$1 40 env ISER_GPU_TEST_SCALE=0.002 $S --tool $1 --error-exitcode 9 "$T" \
     --gtest_filter=$F
-  grep -E "ERROR SUMMARY|RACECHECK SUMMARY|PASSED|FAILED" $O/san_$tool.log | tr '\n' ' '
+  grep -E "ERROR SUMMARY|RACECHECK SUMMARY|PASSED|FAILED" $O/san_$1.log | tr '\n' ' '
   echo
-done
+}
+san memcheck
 step tests_haloq 60 "$T" --gtest_filter='GpuPlanner.*:GpuPlanRewrite.*:-GpuPlanner.*RepairMatchesCpu'
 grep -E "GPU|\[  PASSED|\[  FAILED|FAILED  \]|SKIPPED \]" $O/tests_haloq.log | head -20
+san racecheck
 echo "done $(el)"
