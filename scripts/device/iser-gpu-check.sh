@@ -5,7 +5,7 @@
 # every plan and slot id), the iser tests (plans and slot ids against plan_iser + rewrite_tokens:
 # random inputs at full scale, real histograms, fused and two kernels), compute-sanitizer memcheck
 # on a short run, HALO-Q's planner tests, then racecheck on the short run. Logs go to $OUT.
-#   DATA=<folder holding dsv41-flash/coding.csv> PREBUILT=<dir> BUDGET=<s> \
+#   DATA=<folder holding dsv41-flash/coding.csv> PREBUILT=<dir> BUDGET=<s> HALOQ_FILTER=<gtest> \
 #     bash scripts/device/iser-gpu-check.sh
 source "$(dirname "$0")/common.sh"
 export ISER_SHARED_DATA=${DATA:-$PWD/../shared/data}
@@ -38,7 +38,8 @@ san() {
   echo
 }
 san memcheck
-step tests_haloq 60 "$T" --gtest_filter='GpuPlanner.*:GpuPlanRewrite.*:-GpuPlanner.*RepairMatchesCpu'
+step tests_haloq 60 "$T" \
+  --gtest_filter="${HALOQ_FILTER:-GpuPlanner.*:GpuPlanRewrite.*:-GpuPlanner.*RepairMatchesCpu}"
 grep -E "GPU|\[  PASSED|\[  FAILED|FAILED  \]|SKIPPED \]" $O/tests_haloq.log | head -20
 san racecheck
 echo "done $(el)"

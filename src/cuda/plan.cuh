@@ -236,12 +236,17 @@ __device__ __forceinline__ void plan_cta(const PlanParams& p, const PlanSmem& la
   stamp(1);
 
   // ---- stage 2: placement (warp 0; ISER: its candidate warps, plan_iser.cuh) ---------------
-  if (kIser && p.iser_blocks == kIserParallelBlocks) {  // CTA-uniform
-    if (warp < kIserParallelBlocks) {
-      const int num_broadcasts =
-          place_iser_parallel(st, p, T, st.scalars[kStatusWord] == 0, warp, lane);
-      if (warp == 0 && lane == 0) st.scalars[kNumBroadcastsWord] = num_broadcasts;
-    }
+  if (kIser && p.iser_blocks == kIserParallelBlocks) {  // CTA-uniform: the barriers are safe
+    // NOTE: every thread reads stage 1's status before a placement can set a bit in it
+    // (kGpuPlanOverflow), so `run` is CTA-uniform. Block barriers, not named ones among the
+    // candidate warps: compute-sanitizer racecheck then reported hazards across the later block
+    // barriers (its barrier accounting), none with these.
+    const bool run = st.scalars[kStatusWord] == 0;
+    __syncthreads();
+    if (run && warp < kIserParallelBlocks) place_candidate(st, p, T, warp, lane);
+    __syncthreads();
+    const int num_broadcasts = run ? keep_best_candidate(st, T, tid) : 0;
+    if (tid == 0) st.scalars[kNumBroadcastsWord] = num_broadcasts;
   } else if (warp == 0) {
     int num_broadcasts = 0;
     if (st.scalars[kStatusWord] == 0) {

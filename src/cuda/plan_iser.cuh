@@ -107,63 +107,59 @@ inline constexpr int kIserLadderSteps = 4;  // divisors kIserSlackDivisorFinest 
 static_assert(kIserSlackDivisorFinest == kIserSlackDivisorCoarsest << (kIserLadderSteps - 1) &&
                   kIserParallelBlocks == 2 + kIserLadderSteps,
               "a candidate block per candidate placement");
-inline constexpr int kIserBarrier = 4;  // named barrier of the candidate warps (plan.cuh uses 0-3)
-
 // Water level of candidate k: T for the first two, then the slack ladder's T + T/d.
 __device__ __forceinline__ int candidate_water(int k, int T) {
   return k < 2 ? T : T + T / (kIserSlackDivisorFinest >> (k - 2));
 }
 
-// The parallel form: called by warps 0 .. kIserParallelBlocks - 1 (all of them, every lane);
-// warp k plans candidate k in block k. Returns the kept candidate's number of broadcasts on warp 0
-// (its arrays then in block 0 once the caller's block barrier has passed), 0 on the other warps.
-// `run`: the counts passed stage 1, read from the status word by each warp before the call.
-inline __device__ __noinline__ int place_iser_parallel(const State st, const PlanParams p, int T,
-                                                       bool run, int warp, int lane) {
-  __shared__ unsigned long long cost[kIserParallelBlocks];
-  __shared__ int num[kIserParallelBlocks];
-  // NOTE: every candidate warp has read the status word (`run`) before any placement can set a
-  // bit in it (kGpuPlanOverflow), so all of them take the same branch below.
-  named_barrier(kIserBarrier, kIserParallelBlocks * 32);
+// The parallel form's results: each candidate's cost and number of broadcasts.
+struct IserCandidates {
+  unsigned long long cost[kIserParallelBlocks];
+  int num[kIserParallelBlocks];
+};
+static __shared__ IserCandidates iser_candidates;
+
+// The parallel form, step 1 (warp k < kIserParallelBlocks, every lane): candidate k in block k,
+// its cost and size to iser_candidates. Out of line, State and PlanParams by value (as
+// place_iser_sequential).
+inline __device__ __noinline__ void place_candidate(const State st, const PlanParams p, int T,
+                                                    int warp, int lane) {
   State mine = st;
   mine.use_buffer(warp);
-  int n = 0;
-  if (run) {
-    const bool room_aware = warp != 1;
-    start_candidate(mine, room_aware, lane);
-    n = place(mine, p, T, candidate_water(warp, T), room_aware, lane);
-  }
-  const unsigned long long c = candidate_cost(mine, n, lane);
+  const bool room_aware = warp != 1;
+  start_candidate(mine, room_aware, lane);
+  const int n = place(mine, p, T, candidate_water(warp, T), room_aware, lane);
+  const unsigned long long cost = candidate_cost(mine, n, lane);
   if (lane == 0) {
-    cost[warp] = c;
-    num[warp] = n;
+    iser_candidates.cost[warp] = cost;
+    iser_candidates.num[warp] = n;
   }
-  named_barrier(kIserBarrier, kIserParallelBlocks * 32);
-  // Every candidate warp walks the CPU's comparisons (the same winner on each), then copies its
-  // share of the winner's block into block 0.
+}
+
+// Step 2, by every thread of the CTA after a block barrier that follows step 1: the CPU's
+// sequence of comparisons over the candidates' costs (a candidate the CPU would not run is never
+// compared), the winner's block copied into block 0 (a block barrier must follow before its
+// arrays are read). Returns the winner's number of broadcasts.
+__device__ __forceinline__ int keep_best_candidate(const State& st, int T, int tid) {
   int kept = 0;
-  unsigned long long cost_kept = cost[0];
-  if (cost[1] < cost_kept) kept = 1, cost_kept = cost[1];
-#pragma unroll
-  for (int k = 2; k < kIserParallelBlocks; ++k) {
-    // Run only while the best so far ends above this water level; kept only when strictly
-    // better (ties: the earlier candidate).
-    if (static_cast<int>(cost_kept >> 32) > candidate_water(k, T) && cost[k] < cost_kept) {
-      kept = k, cost_kept = cost[k];
+  unsigned long long cost_kept = iser_candidates.cost[0];
+#pragma unroll 1
+  for (int k = 1; k < kIserParallelBlocks; ++k) {
+    // The ladder's candidates run only while the best so far ends above their water level; a
+    // challenger is kept only when strictly better (ties: the earlier candidate).
+    const unsigned long long cost = iser_candidates.cost[k];
+    if ((k < 2 || static_cast<int>(cost_kept >> 32) > candidate_water(k, T)) && cost < cost_kept) {
+      kept = k;
+      cost_kept = cost;
     }
   }
   if (kept != 0) {
-    // NOTE: block kept is only read and block 0 only written here, by the candidate warps, which
-    // all passed the barrier above (every placement done); the caller's block barrier orders these
-    // stores before the later stages.
     int4* to = reinterpret_cast<int4*>(st.load);
     const int4* from = reinterpret_cast<const int4*>(st.load + kept * st.buffer_words);
 #pragma unroll 1
-    for (int i = warp * 32 + lane; i < st.buffer_words / 4; i += kIserParallelBlocks * 32) {
-      to[i] = from[i];
-    }
+    for (int i = tid; i < st.buffer_words / 4; i += PlanConfig::kThreads) to[i] = from[i];
   }
-  return warp == 0 ? num[kept] : 0;
+  return iser_candidates.num[kept];
 }
 
 // Rank r's quota of b's expert summed over all its broadcasts: the rewrite of an expert

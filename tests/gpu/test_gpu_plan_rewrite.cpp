@@ -197,8 +197,8 @@ TEST(GpuPlanRewrite, ReportsBadInputsInStatusWords) {
   EXPECT_EQ(home[7], topo.home_slot(4));
   EXPECT_EQ(describe_gpu_status(kGpuPlanTimeout), "plan-timeout");
 
-  // Host-side errors at once: a shape the last count() did not see, a rank out of range, and an
-  // iser planner (its plans are not rewritten on the GPU).
+  // Host-side errors at once: a shape the last count() did not see, a rank out of range, more
+  // plans than the last count() saw rows for.
   EXPECT_THROW(
       planner.plan_rewrite(d_counts.ptr, d_plan.ptr, d_ids.ptr, 2, 2, 0, d_slots.ptr, nullptr),
       Error);
@@ -208,13 +208,17 @@ TEST(GpuPlanRewrite, ReportsBadInputsInStatusWords) {
   EXPECT_THROW(
       planner.plan_rewrite_all(d_counts.ptr, d_plan.ptr, d_ids.ptr, 4, 2, 1, d_slots.ptr, nullptr),
       Error);
+  // The same shape checks for an iser planner (whose plans the GPU rewrites as well).
   GpuPlannerOptions iser;
   iser.iser = true;
   GpuPlanner iser_planner(topo, 64, iser);
   iser_planner.count(d_ids.ptr, 4, 2, d_row.ptr, nullptr);
-  EXPECT_THROW(
-      iser_planner.plan_rewrite(d_counts.ptr, d_plan.ptr, d_ids.ptr, 4, 2, 0, d_slots.ptr, nullptr),
-      Error);
+  EXPECT_THROW(iser_planner.plan_rewrite(d_counts.ptr, d_plan.ptr, d_ids.ptr, 2, 2, 0, d_slots.ptr,
+                                         nullptr),
+               Error);
+  EXPECT_THROW(iser_planner.plan_rewrite(d_counts.ptr, d_plan.ptr, d_ids.ptr, 4, 2, 4, d_slots.ptr,
+                                         nullptr),
+               Error);
 }
 
 }  // namespace
