@@ -213,12 +213,12 @@ TEST(GpuPlanRewrite, ReportsBadInputsInStatusWords) {
   iser.iser = true;
   GpuPlanner iser_planner(topo, 64, iser);
   iser_planner.count(d_ids.ptr, 4, 2, d_row.ptr, nullptr);
-  EXPECT_THROW(iser_planner.plan_rewrite(d_counts.ptr, d_plan.ptr, d_ids.ptr, 2, 2, 0, d_slots.ptr,
-                                         nullptr),
-               Error);
-  EXPECT_THROW(iser_planner.plan_rewrite(d_counts.ptr, d_plan.ptr, d_ids.ptr, 4, 2, 4, d_slots.ptr,
-                                         nullptr),
-               Error);
+  EXPECT_THROW(
+      iser_planner.plan_rewrite(d_counts.ptr, d_plan.ptr, d_ids.ptr, 2, 2, 0, d_slots.ptr, nullptr),
+      Error);
+  EXPECT_THROW(
+      iser_planner.plan_rewrite(d_counts.ptr, d_plan.ptr, d_ids.ptr, 4, 2, 4, d_slots.ptr, nullptr),
+      Error);
 }
 
 }  // namespace
