@@ -12,8 +12,8 @@
 //   -w/-n warm-up/timed replays, -G 1 graph replays (0: direct launches), -c 1 check every plan
 //   and slot id against the CPU, -J JSON file, -d histogram CSV, -i inputs (layers) per EP,
 //   -P policies, each timed per EP in the same run (halo-q: plan_halo_q; iser: plan_iser
-//   without a previous plan, GpuPlannerOptions::iser; its plan+rewrite column is "-" because
-//   the GPU rewrite does not take iser plans, and its CPU baseline is plan_iser), -R the repair
+//   without a previous plan, GpuPlannerOptions::iser, rewritten as rewrite_tokens does; its CPU
+//   baseline is plan_iser), -R the repair
 //   schedule (GpuPlanner::set_repair_schedule): auto (default; scheduled from
 //   kGpuScheduledRepairMinRanks ranks), phases (or 0) or scheduled (or 1) at every EP.
 //   fused_us: plan_rewrite() in the same run, fused/2k its ratio to plan+rw_us (two kernels).
@@ -370,13 +370,11 @@ int main(int argc, char** argv) {
           planners[i].set_plan_timer(timer);
           g_plan[i] = make_graph(stream, [&] { plan_work(i); });
           planners[i].set_plan_timer(nullptr);
-          if (!iser) {
-            g_both[i] = make_graph(stream, [&] { both_work(i); });
-            g_fused[i] = make_graph(stream, [&] { fused_work(i); });
-            planners[i].set_plan_timer(timer);  // the fused kernel's plan CTA, stage by stage
-            g_fused_timed[i] = make_graph(stream, [&] { fused_work(i); });
-            planners[i].set_plan_timer(nullptr);
-          }
+          g_both[i] = make_graph(stream, [&] { both_work(i); });
+          g_fused[i] = make_graph(stream, [&] { fused_work(i); });
+          planners[i].set_plan_timer(timer);  // the fused kernel's plan CTA, stage by stage
+          g_fused_timed[i] = make_graph(stream, [&] { fused_work(i); });
+          planners[i].set_plan_timer(nullptr);
           g_count[i] = make_graph(stream, [&] { count_work(i); });
         }
       }
@@ -387,18 +385,14 @@ int main(int argc, char** argv) {
       const Timing t_warm =
           time_replays(args, num_inputs, stream, flush, 0, timer, run(g_plan, plan_work));
       for (auto& planner : planners) planner.set_plan_timer(nullptr);
-      // iser: no GPU rewrite of its plans (an expert may be broadcast twice).
-      const Timing t_both = iser ? Timing{}
-                                 : time_replays(args, num_inputs, stream, flush, flush_bytes,
-                                                nullptr, run(g_both, both_work));
-      const Timing t_fused = iser ? Timing{}
-                                  : time_replays(args, num_inputs, stream, flush, flush_bytes,
-                                                 nullptr, run(g_fused, fused_work));
+      const Timing t_both = time_replays(args, num_inputs, stream, flush, flush_bytes, nullptr,
+                                         run(g_both, both_work));
+      const Timing t_fused = time_replays(args, num_inputs, stream, flush, flush_bytes, nullptr,
+                                          run(g_fused, fused_work));
       // The same with the plan CTA's stage stamps (a separate run: the stamps cost a little).
       for (auto& planner : planners) planner.set_plan_timer(timer);
-      const Timing t_fused_timed = iser ? Timing{}
-                                        : time_replays(args, num_inputs, stream, flush, flush_bytes,
-                                                       timer, run(g_fused_timed, fused_work));
+      const Timing t_fused_timed = time_replays(args, num_inputs, stream, flush, flush_bytes, timer,
+                                                run(g_fused_timed, fused_work));
       for (auto& planner : planners) planner.set_plan_timer(nullptr);
       const Timing t_count = time_replays(args, num_inputs, stream, flush, flush_bytes, nullptr,
                                           run(g_count, count_work));
@@ -425,11 +419,6 @@ int main(int argc, char** argv) {
         cpu_planner(counts[i], ws, want);
         const Plan got = download_plan(planners[i].layout(), d_plan[i]);
         broadcasts += static_cast<int>(want.broadcasts.size());
-        if (iser) {
-          if (!(got == want)) std::fprintf(stderr, "# check: EP%d input %d: plan differs\n", P, i);
-          ok &= got == want;
-          continue;
-        }
         std::vector<int32_t> want_slots(n), got_slots(n), fused_slots(n);
         rewrite_tokens(topo, counts[i], want, rank,
                        std::span<const int32_t>(ids[i]).subspan(static_cast<size_t>(rank) * n, n),
@@ -455,21 +444,18 @@ int main(int argc, char** argv) {
         }
       }
       all_ok &= ok;
-      char both[32] = "-";
-      char fused[32] = "-";
-      char ratio[32] = "-";
-      if (!iser) {
-        std::snprintf(both, sizeof(both), "%.2f", t_both.event_us);
-        std::snprintf(fused, sizeof(fused), "%.2f", t_fused.event_us);
-        std::snprintf(ratio, sizeof(ratio), "%.3f", t_fused.event_us / t_both.event_us);
-      }
+      char both[32];
+      char fused[32];
+      char ratio[32];
+      std::snprintf(both, sizeof(both), "%.2f", t_both.event_us);
+      std::snprintf(fused, sizeof(fused), "%.2f", t_fused.event_us);
+      std::snprintf(ratio, sizeof(ratio), "%.3f", t_fused.event_us / t_both.event_us);
       std::printf("  %4d %7s %14.2f %14.2f %14s %10s %9s %14.2f %14.2f %12.2f %10.1f%s\n", P,
                   policy.c_str(), t_plan.event_us, t_plan.kernel_us, both, fused, ratio,
                   t_count.event_us, cpu, cpu / t_plan.event_us,
                   static_cast<double>(broadcasts) / num_inputs,
                   args.check ? (ok ? "  check ok" : "  CHECK FAILED") : "");
       for (const Timing* t : {&t_plan, &t_warm, &t_fused_timed}) {
-        if (t == &t_fused_timed && iser) continue;
         std::printf(
             "       %s: plan %.2f us (in-kernel %.2f): hist+candidates %.2f, placement %.2f, "
             "repair set-up+modes %.2f, repair: pair lists %.2f, levels %.2f, trades %.2f, "
@@ -478,7 +464,7 @@ int main(int argc, char** argv) {
             t->event_us, t->kernel_us, t->stage_us[0], t->stage_us[1], t->stage_us[2],
             t->stage_us[3], t->stage_us[4], t->stage_us[5], t->stage_us[6], t->coloring_us);
       }
-      if (!iser) {
+      {
         const double* r = t_fused_timed.rewrite_us;
         std::printf(
             "       fused, first rewrite CTA (us from the plan CTA's start): start %.2f, ordinals "
@@ -508,11 +494,9 @@ int main(int argc, char** argv) {
       for (int i = 0; i < num_inputs; ++i) {
         if (args.graph) {
           BENCH_CUDA(cudaGraphExecDestroy(g_plan[i]));
-          if (!iser) {
-            BENCH_CUDA(cudaGraphExecDestroy(g_both[i]));
-            BENCH_CUDA(cudaGraphExecDestroy(g_fused[i]));
-            BENCH_CUDA(cudaGraphExecDestroy(g_fused_timed[i]));
-          }
+          BENCH_CUDA(cudaGraphExecDestroy(g_both[i]));
+          BENCH_CUDA(cudaGraphExecDestroy(g_fused[i]));
+          BENCH_CUDA(cudaGraphExecDestroy(g_fused_timed[i]));
           BENCH_CUDA(cudaGraphExecDestroy(g_count[i]));
         }
         BENCH_CUDA(cudaFree(d_counts[i]));

@@ -64,11 +64,11 @@ struct GpuPlannerOptions {
   bool absorb = false;          // absorb: finer levels only when room >= give (else best room)
   bool owner_in_group = false;  // halo-q-owner-in: only the owner's own aligned group
   int32_t min_move = 0;         // skip replications moving fewer routes (cursor still advances)
-  // iser (docs/design.md §5): plan_iser's three candidate placements, the best kept, owner_home
-  // set; absorb / owner_in_group are ignored. Non-resident form only: the GPU planner has no
-  // previous plan, so it equals plan_iser with HaloQOptions::previous = nullptr. An expert may be
-  // broadcast more than once, which the GPU rewrite tables (one broadcast per expert) cannot
-  // express: rewrite() / rewrite_all() of an iser planner throw iser::Error (plans only).
+  // iser (docs/design.md §5): plan_iser's candidate placements (the slack ladder), the best
+  // kept, owner_home set; absorb / owner_in_group are ignored. Non-resident form only: the GPU
+  // planner has no previous plan, so it equals plan_iser with HaloQOptions::previous = nullptr.
+  // An expert may be broadcast more than once; rewrite(), plan_rewrite() and the batch forms
+  // rewrite such plans as rewrite_tokens does (GpuPlanLayout).
   bool iser = false;
 };
 
@@ -83,13 +83,17 @@ bool gpu_planner_covers(std::string_view policy, const Topology& topo, int64_t m
 // Flat plan layout in device memory: int32 words at these offsets. Header words, then
 //   loads[P]                          routes each rank computes after planning
 //   broadcasts[max_broadcasts][8]     {expert, owner, level, group_begin, group_size, helper,
-//                                      mode (TransportMode), reserved}, plan order
+//                                      mode (TransportMode), previous}, plan order
 //   quotas[max_broadcasts][P]         routes of the broadcast's expert each rank computes
 // and the rewrite tables (derived from counts and quotas, docs/design.md §4.5):
-//   expert_broadcast[E]               broadcast index of each expert, -1 when none
+//   expert_broadcast[E]               each expert's last broadcast (plan order), -1 when none
 //   supply_begin[max_broadcasts][P]   residual supply of the ranks before r (north-west corner)
 //   demand_end[max_broadcasts][P]     residual demand of the ranks up to r, inclusive
-// Only the first num_broadcasts rows of the per-broadcast arrays are meaningful.
+// `previous` is the broadcast of the same expert before this one, -1 when none: an iser plan may
+// broadcast an expert more than once (to disjoint groups), and expert_broadcast plus `previous`
+// list them. As in rewrite_tokens, the north-west corner of such an expert runs once on the
+// quotas summed over its broadcasts: the tables of each of its broadcasts are those of the summed
+// quotas. Only the first num_broadcasts rows of the per-broadcast arrays are meaningful.
 struct GpuPlanLayout {
   static constexpr int kStatus = 0;         // GpuStatus bits of this plan
   static constexpr int kTarget = 1;         // T = ceil(total / P)
@@ -101,7 +105,16 @@ struct GpuPlanLayout {
   static constexpr int kMaxBroadcasts = 7;
   static constexpr int kHeaderWords = 8;
   static constexpr int kBroadcastWords = 8;
-  enum BroadcastField { kExpert, kOwner, kLevel, kGroupBegin, kGroupSize, kHelper, kMode };
+  enum BroadcastField {
+    kExpert,
+    kOwner,
+    kLevel,
+    kGroupBegin,
+    kGroupSize,
+    kHelper,
+    kMode,
+    kPrevious
+  };
 
   int num_ranks = 0;
   int num_experts = 0;
@@ -186,7 +199,7 @@ class GpuPlanner {
   // bit, and so are the status bits, except that the last tile checks the tile counts of every
   // expert (not only the broadcast ones) for kGpuStaleTiles, and that a rewrite CTA that waits
   // longer than kGpuPlanWaitNs for its plan sets kGpuPlanTimeout and uses home slots. Needs the
-  // tile counts of the last count() of these ids; HALO-Q options only (not iser, as rewrite()).
+  // tile counts of the last count() of these ids.
   void plan_rewrite(const int32_t* counts, int32_t* plan, const int32_t* topk_ids, int num_tokens,
                     int top_k, int rank_idx, int32_t* slot_ids, CUstream_st* stream);
   // plan() of num_plans invocations and rewrite_all() of all their ranks: one kernel, or several

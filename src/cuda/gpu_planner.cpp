@@ -208,6 +208,7 @@ struct GpuPlanner::Impl {
   int max_tiles = 0;
   int plan_smem = 0;
   int rewrite_smem = 0;
+  int iser_blocks = 2;  // PlanParams::iser_blocks
   // Routes per row of the last count() (rewrite() must follow a count() of the same shape).
   int counted_routes = -1;
   int counted_rows = 0;
@@ -251,6 +252,7 @@ cuda::PlanParams GpuPlanner::Impl::plan_params(const int32_t* counts, int32_t* p
   p.absorb = options.absorb;
   p.owner_in_group = options.owner_in_group;
   p.iser = options.iser;
+  p.iser_blocks = iser_blocks;
   if (p.iser) {  // plan_iser runs HALO-Q's reference placement as one of its candidates
     p.absorb = false;
     p.owner_in_group = false;
@@ -287,6 +289,17 @@ GpuPlanner::GpuPlanner(const Topology& topo, int max_routes_per_rank,
     plan_params.num_slots = S;
     plan_params.max_broadcasts = d.layout.max_broadcasts;
     plan_params.iser = options.iser;
+    int device = 0;
+    int smem_optin = 0;
+    ISER_CUDA_CHECK(cudaGetDevice(&device));
+    ISER_CUDA_CHECK(
+        cudaDeviceGetAttribute(&smem_optin, cudaDevAttrMaxSharedMemoryPerBlockOptin, device));
+    if (options.iser) {  // every candidate on its own warp where its block fits (plan_iser.cuh)
+      plan_params.iser_blocks = cuda::kIserParallelBlocks;
+      // NOTE: 1 KiB below the limit: the kernels' static shared arrays come off it too.
+      if (cuda::plan_smem_bytes(plan_params) > smem_optin - 1024) plan_params.iser_blocks = 2;
+      d.iser_blocks = plan_params.iser_blocks;
+    }
     d.plan_smem = cuda::plan_smem_bytes(plan_params);
     cuda::RewriteParams rewrite_params;
     rewrite_params.max_broadcasts = d.layout.max_broadcasts;
@@ -297,11 +310,6 @@ GpuPlanner::GpuPlanner(const Topology& topo, int max_routes_per_rank,
     count_params.num_tiles = d.max_tiles;
     count_params.num_experts = E;
     const int count_smem = cuda::count_smem_bytes(count_params);
-    int device = 0;
-    int smem_optin = 0;
-    ISER_CUDA_CHECK(cudaGetDevice(&device));
-    ISER_CUDA_CHECK(
-        cudaDeviceGetAttribute(&smem_optin, cudaDevAttrMaxSharedMemoryPerBlockOptin, device));
     ISER_CUDA_CHECK(cudaDeviceGetAttribute(&d.num_sms, cudaDevAttrMultiProcessorCount, device));
     ISER_CHECK(
         d.plan_smem <= smem_optin && d.rewrite_smem <= smem_optin && count_smem <= smem_optin,
@@ -311,17 +319,15 @@ GpuPlanner::GpuPlanner(const Topology& topo, int max_routes_per_rank,
     ISER_CUDA_CHECK(static_cast<cudaError_t>(cuda::prepare_count_kernel(count_smem)));
     ISER_CUDA_CHECK(static_cast<cudaError_t>(cuda::prepare_plan_kernel(d.plan_smem)));
     ISER_CUDA_CHECK(static_cast<cudaError_t>(cuda::prepare_rewrite_kernel(d.rewrite_smem)));
-    if (!options.iser) {  // plan_rewrite(): the rewrite takes HALO-Q plans only
-      cuda::PlanRewriteParams fused;
-      fused.plan = plan_params;
-      d.fused_smem = cuda::plan_rewrite_smem_bytes(fused);
-      if (d.fused_smem <= smem_optin) {
-        ISER_CUDA_CHECK(static_cast<cudaError_t>(
-            cuda::prepare_plan_rewrite_kernel(d.fused_smem, &d.fused_max_ctas)));
-      }
-      d.fused_sync = DeviceArray<uint32_t>(cuda::plan_rewrite_sync_words(max_rows));
-      ISER_CUDA_CHECK(cudaMemset(d.fused_sync.get(), 0, d.fused_sync.size() * sizeof(uint32_t)));
+    cuda::PlanRewriteParams fused;
+    fused.plan = plan_params;
+    d.fused_smem = cuda::plan_rewrite_smem_bytes(fused);
+    if (d.fused_smem <= smem_optin) {
+      ISER_CUDA_CHECK(static_cast<cudaError_t>(
+          cuda::prepare_plan_rewrite_kernel(d.fused_smem, options.iser, &d.fused_max_ctas)));
     }
+    d.fused_sync = DeviceArray<uint32_t>(cuda::plan_rewrite_sync_words(max_rows));
+    ISER_CUDA_CHECK(cudaMemset(d.fused_sync.get(), 0, d.fused_sync.size() * sizeof(uint32_t)));
     // NOTE: cudaMemset runs on the default stream and may return before it lands; nothing orders
     // a caller's non-blocking stream after it. Without this wait, a count() issued right after
     // construction could have its error bits cleared, or a fused kernel read unzeroed sync words.
@@ -439,20 +445,12 @@ void launch_rewrite_rows(const GpuPlanner& planner, int max_broadcasts, int num_
   ISER_CUDA_CHECK(static_cast<cudaError_t>(cuda::launch_rewrite(p, stream)));
 }
 
-// The rewrite tables hold one broadcast per expert; an iser plan may broadcast one twice.
-void check_rewrite_supported(const GpuPlannerOptions& options) {
-  ISER_CHECK(!options.iser,
-             "GPU rewrite: options.iser is set, and iser plans may broadcast an expert twice, "
-             "which the GPU rewrite does not support (use rewrite_tokens on the host)");
-}
-
 }  // namespace
 
 void GpuPlanner::rewrite(const int32_t* topk_ids, int num_tokens, int top_k, int rank_idx,
                          const int32_t* counts, const int32_t* plan, int32_t* slot_ids,
                          CUstream_st* stream) {
   const Impl& d = *impl_;
-  check_rewrite_supported(d.options);
   const int64_t routes = static_cast<int64_t>(num_tokens) * top_k;
   ISER_CHECK(rank_idx >= 0 && rank_idx < d.topo.num_ranks, "GPU rewrite: rank {} outside [0, {})",
              rank_idx, d.topo.num_ranks);
@@ -469,7 +467,6 @@ void GpuPlanner::rewrite_all(const int32_t* topk_ids, int num_tokens, int top_k,
                              const int32_t* counts, const int32_t* plans, int num_plans,
                              int32_t* slot_ids, CUstream_st* stream) {
   const Impl& d = *impl_;
-  check_rewrite_supported(d.options);
   const int64_t routes = static_cast<int64_t>(num_tokens) * top_k;
   const int64_t rows = static_cast<int64_t>(num_plans) * d.topo.num_ranks;
   ISER_CHECK(num_plans >= 1 && routes == d.counted_routes && rows == d.counted_rows,
@@ -484,7 +481,6 @@ void GpuPlanner::rewrite_all(const int32_t* topk_ids, int num_tokens, int top_k,
 void GpuPlanner::Impl::launch_fused(const int32_t* counts, int32_t* plans, int num_plans,
                                     const int32_t* topk_ids, int num_routes, int first_rank,
                                     int num_rows, int32_t* slot_ids, CUstream_st* stream) const {
-  check_rewrite_supported(options);
   ISER_CHECK(fused_max_ctas >= 2,
              "GPU plan_rewrite: the fused kernel needs {} bytes of shared memory per CTA, two "
              "co-resident CTAs and cooperative launch; not available on this device (use plan() "

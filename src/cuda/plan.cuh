@@ -235,12 +235,23 @@ __device__ __forceinline__ void plan_cta(const PlanParams& p, const PlanSmem& la
   const int T = st.scalars[kTargetWord];
   stamp(1);
 
-  // ---- stage 2: placement (warp 0) -----------------------------------------------------------
-  if (warp == 0) {
+  // ---- stage 2: placement (warp 0; ISER: its candidate warps, plan_iser.cuh) ---------------
+  if (kIser && p.iser_blocks == kIserParallelBlocks) {  // CTA-uniform: the barriers are safe
+    // NOTE: every thread reads stage 1's status before a placement can set a bit in it
+    // (kGpuPlanOverflow), so `run` is CTA-uniform. Block barriers, not named ones among the
+    // candidate warps: compute-sanitizer racecheck then reported hazards across the later block
+    // barriers (its barrier accounting), none with these.
+    const bool run = st.scalars[kStatusWord] == 0;
+    __syncthreads();
+    if (run && warp < kIserParallelBlocks) place_candidate(st, p, T, warp, lane);
+    __syncthreads();
+    const int num_broadcasts = run ? keep_best_candidate(st, T, tid) : 0;
+    if (tid == 0) st.scalars[kNumBroadcastsWord] = num_broadcasts;
+  } else if (warp == 0) {
     int num_broadcasts = 0;
     if (st.scalars[kStatusWord] == 0) {
       if constexpr (kIser) {
-        num_broadcasts = place_iser(st, p, T, lane);
+        num_broadcasts = place_iser_sequential(st, p, T, lane);
       } else {
         num_broadcasts = place_halo_q(st, p, T, lane);
       }
@@ -271,10 +282,6 @@ __device__ __forceinline__ void plan_cta(const PlanParams& p, const PlanSmem& la
     stamp(8);
   } else {
     const int side_warp = warp - first_warp;
-    if (kIser) {  // left[] now sums each expert's quotas over its broadcasts (output check)
-#pragma unroll 1
-      for (int e = tid - 32 * first_warp; e < E; e += num_side_warps * 32) st.left[e] = 0;
-    }
     // One warp per broadcast b: own routes of its hosts, then its sorted position (by expert,
     // then plan order), whether its group is pure and whether b is its owner's coarsest
     // in-group broadcast, with the lanes splitting the other broadcasts.
@@ -389,15 +396,17 @@ __device__ __forceinline__ void plan_cta(const PlanParams& p, const PlanSmem& la
       const int r = base + lane;
       int c = 0;
       int q = 0;
+      int q_all = 0;  // ISER: the expert's quota over all its broadcasts (plan_iser.cuh)
       if (r < P) {
         c = counts[static_cast<int64_t>(r) * E + expert];
         const int idx = st.host_index(b, r);
         q = idx >= 0 ? st.entry[idx].y : 0;
+        q_all = kIser ? expert_quota(st, b, r, broken) : q;
       }
       broken |= q < 0;
-      const int diag = min(c, q);
+      const int diag = min(c, q_all);
       const int supply = c - diag;
-      const int demand = q - diag;
+      const int demand = q_all - diag;
       int incl[2] = {supply, demand};  // both scans in one chain
       warp_inclusive_scans(incl, lane, P - base);
       const int supply_incl = incl[0];
@@ -410,25 +419,14 @@ __device__ __forceinline__ void plan_cta(const PlanParams& p, const PlanSmem& la
       }
       supply_carry += __shfl_sync(PlanConfig::kFullMask, supply_incl, 31);
       demand_carry += __shfl_sync(PlanConfig::kFullMask, demand_incl, 31);
-      quota_sum += __reduce_add_sync(PlanConfig::kFullMask, q);
+      quota_sum += __reduce_add_sync(PlanConfig::kFullMask, q_all);
     }
-    // iser may broadcast an expert more than once: its quotas sum to hist over all of them.
-    broken = __any_sync(PlanConfig::kFullMask, broken) || (!kIser && quota_sum != st.hist[expert]);
-    if (kIser && lane == 0) atomicAdd(&st.left[expert], quota_sum);
+    broken = __any_sync(PlanConfig::kFullMask, broken) || quota_sum != st.hist[expert];
     if (broken && lane == 0) {
       atomicOr(reinterpret_cast<unsigned*>(&st.scalars[kStatusWord]), kGpuPlanInvariant);
     }
   }
   __syncthreads();
-  if (kIser) {
-#pragma unroll 1
-    for (int e = tid; e < E; e += PlanConfig::kThreads) {
-      if (st.expert_broadcast[e] >= 0 && st.left[e] != st.hist[e]) {
-        atomicOr(reinterpret_cast<unsigned*>(&st.scalars[kStatusWord]), kGpuPlanInvariant);
-      }
-    }
-    __syncthreads();
-  }
   const int status = st.scalars[kStatusWord];
   const int num_out = status == 0 ? B : 0;  // a failed plan moves nothing
   if (tid == 0) {
@@ -451,7 +449,10 @@ __device__ __forceinline__ void plan_cta(const PlanParams& p, const PlanSmem& la
     // NOTE: b_expert .. b_mode are consecutive equal-stride arrays in BroadcastField order.
     const int b = i / GpuPlanLayout::kBroadcastWords;
     const int field = i % GpuPlanLayout::kBroadcastWords;
-    const int v = field <= GpuPlanLayout::kMode ? st.b_expert[field * field_stride + b] : 0;
+    // ISER: kPrevious links an expert's broadcasts (plan_iser.cuh); HALO-Q has one per expert.
+    const int v = field <= GpuPlanLayout::kMode ? st.b_expert[field * field_stride + b]
+                  : kIser                       ? st.b_link[b]
+                                                : -1;
     plan[out.broadcasts() + i] = v;
   }
 #pragma unroll 1

@@ -5,11 +5,17 @@
 //   2. HALO-Q's placement (absorb and owner_in_group off),
 //   3. for d = 256, 128, 64, 32 in turn (kIserSlackDivisorFinest ... Coarsest), only when the best
 //      so far ends above T + T/d: room-aware placement at water level T + T/d.
-// Candidates live in two blocks of the shared arrays (PlanSmem::buffer_words apart): the kept
-// one (block 0, where the later stages read the plan) and the challenger (block 1, copied over
-// block 0 when it wins).
+// Every candidate starts from the home loads and reads only its own block of the shared arrays
+// (PlanSmem::buffer_words apart) besides hist, home loads and HALO-Q's candidates, so the
+// candidates are independent of each other and of which ones the CPU runs:
+// - parallel (PlanParams::iser_blocks == kIserParallelBlocks): candidate k on warp k in block k,
+//   all at once; then the CPU's sequence of comparisons over their costs (a candidate the CPU
+//   would not run is never compared), and the winner copied into block 0, where the later stages
+//   read the plan;
+// - sequential (2 blocks, where the shared memory holds no more): warp 0 plans them one after
+//   the other, the kept one in block 0 and the challenger in block 1, copied over when it wins.
 //
-// Both kinds of placement are plan_detail::place (plan_place.cuh). All of it runs on warp 0.
+// Both kinds of placement are plan_detail::place (plan_place.cuh).
 #pragma once
 
 #include "cuda/plan_place.cuh"
@@ -21,6 +27,9 @@ namespace iser::cuda::plan_detail {
 // starts from the home loads in registers (place_ranks).
 inline __device__ void start_candidate(const State& st, bool room_aware, int lane) {
   __syncwarp();
+  // HALO-Q's placement links no broadcasts: its plans keep -1 (the output stage walks the links).
+#pragma unroll 1
+  for (int b = lane; b < st.max_broadcasts; b += 32) st.b_link[b] = -1;
 #pragma unroll 1
   for (int e = lane; e < st.E; e += 32) {
     st.expert_broadcast[e] = -1;
@@ -60,12 +69,13 @@ __device__ __forceinline__ void keep_block_1(const State& st, int lane) {
   __syncwarp();
 }
 
-// plan_iser's placement (warp 0): leaves the kept candidate in st's own block (block 0; the
+// The sequential form (warp 0): leaves the kept candidate in st's own block (block 0; the
 // challenger is planned in block 1 and copied over when it wins) and returns its number of
 // broadcasts. Out of line: its code and second State view stay out of the HALO-Q path. State
 // and PlanParams go by value (see trade() in plan_repair.cuh: by reference, every thread would
 // store them to local memory at kernel start).
-inline __device__ __noinline__ int place_iser(const State st, const PlanParams p, int T, int lane) {
+inline __device__ __noinline__ int place_iser_sequential(const State st, const PlanParams p, int T,
+                                                         int lane) {
   State challenger = st;
   challenger.use_buffer(1);
   start_candidate(st, true, lane);
@@ -91,6 +101,87 @@ inline __device__ __noinline__ int place_iser(const State st, const PlanParams p
     }
   }
   return num_kept;
+}
+
+inline constexpr int kIserLadderSteps = 4;  // divisors kIserSlackDivisorFinest .. Coarsest
+static_assert(kIserSlackDivisorFinest == kIserSlackDivisorCoarsest << (kIserLadderSteps - 1) &&
+                  kIserParallelBlocks == 2 + kIserLadderSteps,
+              "a candidate block per candidate placement");
+// Water level of candidate k: T for the first two, then the slack ladder's T + T/d.
+__device__ __forceinline__ int candidate_water(int k, int T) {
+  return k < 2 ? T : T + T / (kIserSlackDivisorFinest >> (k - 2));
+}
+
+// The parallel form's results: each candidate's cost and number of broadcasts.
+struct IserCandidates {
+  unsigned long long cost[kIserParallelBlocks];
+  int num[kIserParallelBlocks];
+};
+static __shared__ IserCandidates iser_candidates;
+
+// The parallel form, step 1 (warp k < kIserParallelBlocks, every lane): candidate k in block k,
+// its cost and size to iser_candidates. Out of line, State and PlanParams by value (as
+// place_iser_sequential).
+inline __device__ __noinline__ void place_candidate(const State st, const PlanParams p, int T,
+                                                    int warp, int lane) {
+  State mine = st;
+  mine.use_buffer(warp);
+  const bool room_aware = warp != 1;
+  start_candidate(mine, room_aware, lane);
+  const int n = place(mine, p, T, candidate_water(warp, T), room_aware, lane);
+  const unsigned long long cost = candidate_cost(mine, n, lane);
+  if (lane == 0) {
+    iser_candidates.cost[warp] = cost;
+    iser_candidates.num[warp] = n;
+  }
+}
+
+// Step 2, by every thread of the CTA after a block barrier that follows step 1: the CPU's
+// sequence of comparisons over the candidates' costs (a candidate the CPU would not run is never
+// compared), the winner's block copied into block 0 (a block barrier must follow before its
+// arrays are read). Returns the winner's number of broadcasts.
+__device__ __forceinline__ int keep_best_candidate(const State& st, int T, int tid) {
+  int kept = 0;
+  unsigned long long cost_kept = iser_candidates.cost[0];
+#pragma unroll 1
+  for (int k = 1; k < kIserParallelBlocks; ++k) {
+    // The ladder's candidates run only while the best so far ends above their water level; a
+    // challenger is kept only when strictly better (ties: the earlier candidate).
+    const unsigned long long cost = iser_candidates.cost[k];
+    if ((k < 2 || static_cast<int>(cost_kept >> 32) > candidate_water(k, T)) && cost < cost_kept) {
+      kept = k;
+      cost_kept = cost;
+    }
+  }
+  if (kept != 0) {
+    int4* to = reinterpret_cast<int4*>(st.load);
+    const int4* from = reinterpret_cast<const int4*>(st.load + kept * st.buffer_words);
+#pragma unroll 1
+    for (int i = tid; i < st.buffer_words / 4; i += PlanConfig::kThreads) to[i] = from[i];
+  }
+  return iser_candidates.num[kept];
+}
+
+// Rank r's quota of b's expert summed over all its broadcasts: the rewrite of an expert
+// broadcast more than once runs the north-west corner once on these combined quotas
+// (rewrite_flows, src/core/rewrite.cpp), so the plan's rewrite tables of each of its broadcasts are
+// those of the combined quotas. Sets `broken` when another broadcast of the expert has a group
+// that meets b's: the rewrite gives a destination the helper slot of the first group holding it,
+// and walks an expert's broadcasts latest first (GpuPlanLayout::kPrevious), which equals the
+// CPU's plan order only while the groups are disjoint.
+// NOTE: the room-aware placement never gives an expert meeting groups (meets_chain), so a broken
+// plan here is an internal error (kGpuPlanInvariant), never a rewrite that differs from the CPU's.
+__device__ __forceinline__ int expert_quota(const State& st, int b, int r, bool& broken) {
+  const int begin = st.b_begin[b];
+  const int end = begin + st.b_size[b];
+  int sum = 0;
+#pragma unroll 1
+  for (int b2 = st.expert_broadcast[st.b_expert[b]]; b2 >= 0; b2 = st.b_link[b2]) {
+    const int idx = st.host_index(b2, r);
+    sum += idx >= 0 ? st.entry[idx].y : 0;
+    broken |= b2 != b && st.b_begin[b2] < end && begin < st.b_begin[b2] + st.b_size[b2];
+  }
+  return sum;
 }
 
 }  // namespace iser::cuda::plan_detail

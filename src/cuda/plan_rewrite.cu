@@ -16,10 +16,10 @@ int plan_rewrite_smem_bytes(const PlanRewriteParams& params) {
   return static_cast<int>(sizeof(int32_t)) * words;
 }
 
-int prepare_plan_rewrite_kernel(int smem_bytes, int* max_ctas) {
+int prepare_plan_rewrite_kernel(int smem_bytes, bool iser, int* max_ctas) {
   *max_ctas = 0;
-  cudaError_t e =
-      raise_dynamic_smem_limit(reinterpret_cast<const void*>(plan_rewrite_kernel), smem_bytes);
+  const auto kernel = iser ? plan_rewrite_kernel<true> : plan_rewrite_kernel<false>;
+  cudaError_t e = raise_dynamic_smem_limit(reinterpret_cast<const void*>(kernel), smem_bytes);
   if (e != cudaSuccess) return static_cast<int>(e);
   int device = 0;
   int sms = 0;
@@ -30,7 +30,7 @@ int prepare_plan_rewrite_kernel(int smem_bytes, int* max_ctas) {
       (e = cudaDeviceGetAttribute(&cooperative, cudaDevAttrCooperativeLaunch, device)) !=
           cudaSuccess ||
       (e = cudaOccupancyMaxActiveBlocksPerMultiprocessor(
-           &per_sm, plan_rewrite_kernel, PlanRewriteConfig::kThreads, smem_bytes)) != cudaSuccess) {
+           &per_sm, kernel, PlanRewriteConfig::kThreads, smem_bytes)) != cudaSuccess) {
     return static_cast<int>(e);
   }
   *max_ctas = cooperative != 0 ? per_sm * sms : 0;
@@ -63,7 +63,8 @@ int launch_plan_rewrite(const PlanRewriteParams& params, int max_ctas, CUstream_
   attribute.val.cooperative = 1;
   config.attrs = &attribute;
   config.numAttrs = 1;
-  return static_cast<int>(cudaLaunchKernelEx(&config, plan_rewrite_kernel, split, lay));
+  const auto kernel = params.plan.iser ? plan_rewrite_kernel<true> : plan_rewrite_kernel<false>;
+  return static_cast<int>(cudaLaunchKernelEx(&config, kernel, split, lay));
 }
 
 }  // namespace iser::cuda

@@ -1,4 +1,4 @@
-// Fused HALO-Q planner + route rewrite: plan() and rewrite() in one cooperative launch,
+// Fused planner (HALO-Q or iser) + route rewrite: plan() and rewrite() in one cooperative launch,
 // without the second kernel boundary, and with the rewrite's plan-independent work done while the
 // plan is being made.
 //
@@ -48,11 +48,15 @@ struct PlanRewriteConfig {
 
 namespace plan_rewrite_detail {
 
+// Broadcast values a rewrite tile stages, [max_broadcasts] each (rewrite_tile).
+inline constexpr int kTileBroadcastArrays = 9;
+
 // Shared-memory words of a rewrite tile: warp counts [kWarps][E] (then their exclusive prefixes),
-// the row's counts [E], expert_broadcast [E], the broadcast values [8][max_broadcasts] and the
-// staged demand_end rows [max_broadcasts][P] (rewrite_detail::stages_demand only).
+// the row's counts [E], expert_broadcast [E], the broadcast values [kTileBroadcastArrays]
+// [max_broadcasts] and the staged demand_end rows [max_broadcasts][P]
+// (rewrite_detail::stages_demand only).
 __host__ __device__ inline int tile_smem_words(int num_experts, int max_broadcasts, int num_ranks) {
-  return (PlanRewriteConfig::kWarps + 2) * num_experts + 8 * max_broadcasts +
+  return (PlanRewriteConfig::kWarps + 2) * num_experts + kTileBroadcastArrays * max_broadcasts +
          (rewrite_detail::stages_demand(num_ranks, max_broadcasts) ? num_ranks * max_broadcasts
                                                                    : 0);
 }
@@ -145,10 +149,12 @@ __device__ __forceinline__ void rewrite_tile(const PlanRewriteParams& p, int row
   int32_t* b_begin = b_owner + max_b;
   int32_t* b_size = b_begin + max_b;
   int32_t* b_helper = b_size + max_b;
-  int32_t* b_quota = b_helper + max_b;                // q[b][s]
-  int32_t* b_supply_begin = b_quota + max_b;          // supply_begin[b][s]
-  int32_t* b_demand_before = b_supply_begin + max_b;  // demand_end[b][s - 1] (0 for s = 0)
+  int32_t* b_previous = b_helper + max_b;
+  int32_t* b_supply_begin = b_previous + max_b;     // supply_begin[b][s]
+  int32_t* b_supply_end = b_supply_begin + max_b;   // supply_begin[b][s + 1] (SourceRoutes)
+  int32_t* b_demand_before = b_supply_end + max_b;  // demand_end[b][s - 1] (0 for s = 0)
   int32_t* staged_demand = b_demand_before + max_b;
+  static_assert(kTileBroadcastArrays == 9, "the arrays above");
 
   // ---- plan-independent: ids, the row's counts, ordinals ----------------------------------
   const int32_t* ids = p.topk_ids + static_cast<int64_t>(row) * p.num_routes;
@@ -261,8 +267,10 @@ __device__ __forceinline__ void rewrite_tile(const PlanRewriteParams& p, int row
       b_begin[b] = __ldcg(rec + GpuPlanLayout::kGroupBegin);
       b_size[b] = __ldcg(rec + GpuPlanLayout::kGroupSize);
       b_helper[b] = __ldcg(rec + GpuPlanLayout::kHelper);
-      b_quota[b] = __ldcg(plan + lay.quotas() + b * P + s);
+      b_previous[b] = __ldcg(rec + GpuPlanLayout::kPrevious);
       b_supply_begin[b] = __ldcg(plan + lay.supply_begin() + b * P + s);
+      b_supply_end[b] = s + 1 < P ? __ldcg(plan + lay.supply_begin() + b * P + s + 1)
+                                  : __ldcg(plan + lay.demand_end() + b * P + P - 1);
       b_demand_before[b] = s > 0 ? __ldcg(plan + lay.demand_end() + b * P + s - 1) : 0;
     }
   }
@@ -288,16 +296,14 @@ __device__ __forceinline__ void rewrite_tile(const PlanRewriteParams& p, int row
         slot = owner * (H + S) + (v - owner * H);
       } else {
         // diag and low as the rewrite kernel's views, from this route's own c[s][e].
-        const int c = count_row[v];
-        const int diag = min(c, b_quota[b]);
-        const int supply_begin = b_supply_begin[b];
-        const int low = min(max(b_demand_before[b] - supply_begin, 0), c - diag);
+        const rewrite_detail::SourceRoutes src = rewrite_detail::source_routes(
+            count_row[v], b_supply_begin[b], b_supply_end[b], b_demand_before[b]);
         const int32_t* staged_row = staged_demand + b * P;
         const int32_t* global_row_b = plan + lay.demand_end() + b * P;
         slot = rewrite_detail::route_slot(
-            low, diag, supply_begin,
-            [&](int d) { return staged ? staged_row[d] : __ldcg(global_row_b + d); }, v, b_owner[b],
-            b_begin[b], b_size[b], b_helper[b], s, ordinal[i], P, H, S, owner_home);
+            src, [&](int d) { return staged ? staged_row[d] : __ldcg(global_row_b + d); },
+            [&](int g) { return make_int4(b_begin[g], b_size[g], b_helper[g], b_previous[g]); }, b,
+            v, b_owner[b], s, ordinal[i], P, H, S, owner_home);
       }
     }
     out[idx] = slot;
@@ -325,6 +331,8 @@ __device__ __forceinline__ void advance_epoch(const PlanRewriteParams& p, uint32
 
 // CTAs [0, num_plans) plan (one plan each: launch_plan_rewrite needs num_plans < gridDim.x), the
 // others take the rewrite tiles, tile w on CTA num_plans + w % (gridDim.x - num_plans).
+// kIser == p.plan.iser (plan_cta).
+template <bool kIser>
 __global__ void __launch_bounds__(PlanRewriteConfig::kThreads, 1)
     plan_rewrite_kernel(const PlanRewriteParams p, const PlanSmem lay) {
   using namespace plan_rewrite_detail;
@@ -343,7 +351,7 @@ __global__ void __launch_bounds__(PlanRewriteConfig::kThreads, 1)
     // longer at EP16 (levels and output +0.42 us each) and EP32 (output +0.35-0.55 us), fused
     // +1.7 / +1.1 us, for -0.7 us at EP4 (code placement, H200, 2026-12-01); EP2-6 plans are
     // repaired by phases instead (same plans).
-    plan_cta<false, false>(p.plan, lay, cta);
+    plan_cta<kIser, false>(p.plan, lay, cta);
     __syncthreads();  // every plan word written
     if (tid == 0) {
       // NOTE: the barrier orders every thread's plan writes before this gpu-scope release (the

@@ -29,16 +29,17 @@ inline constexpr int kLevelBufferBytes = 2 * kMaxLevelNodes + 4;
 inline constexpr int kScalarWords = 12;
 
 // Shared-memory layout of the plan kernel, in int32 words (made on the host, a kernel argument).
-// The arrays of one candidate placement (loads, broadcasts, quotas) form one block of
-// buffer_words words; iser plans up to three candidates in two such blocks (the kept one and the
-// challenger), so a second block follows the first.
+// The arrays of one candidate placement (loads, broadcasts, quotas; iser: shares and spent
+// flags) form one block of buffer_words words; iser plans its candidates in `iser_blocks` such
+// blocks (plan_iser.cuh), which follow the first.
 struct PlanSmem {
   int hist, candidates, home_load, load, expert_broadcast, b_expert, b_owner, b_level, b_begin,
       b_size, b_helper, b_mode, b_quota_offset, b_link, quota, buffer_words, order, entry, left,
       spent, host_bits, list_bits, level_table, zero_end, pair_head, rank_code, rotations,
       pair_items, level_nodes, level_bytes, scalars, total;
 
-  static PlanSmem make(int P, int E, int C, int max_broadcasts, int S, bool iser = false) {
+  static PlanSmem make(int P, int E, int C, int max_broadcasts, int S, bool iser = false,
+                       int iser_blocks = 2) {
     PlanSmem s{};
     const int quota_cap = P * S + max_broadcasts;
     int at = 0;
@@ -66,12 +67,12 @@ struct PlanSmem {
     s.b_quota_offset = take(max_broadcasts);
     s.b_link = take(iser ? max_broadcasts : 0);  // iser: previous broadcast of the same expert
     s.quota = take(quota_cap);
+    s.left = take(iser ? E : 0);   // iser: routes of each expert its owner still computes
+    s.spent = take(iser ? E : 0);  // iser: expert found no room (skipped for this owner)
     s.buffer_words = at - buffer_begin;
-    if (iser) take(s.buffer_words);  // the second candidate block
+    if (iser) take(s.buffer_words * (iser_blocks - 1));  // the other candidate blocks
     s.order = take(max_broadcasts);
     s.entry = take(2 * quota_cap);  // int2 per entry (16-byte aligned)
-    s.left = take(iser ? E : 0);    // iser: routes of each expert its owner still computes
-    s.spent = take(iser ? E : 0);   // iser: expert found no room (skipped for this owner)
     // ---- stage 4 schedule (plan_repair.cuh); host_bits .. zero_end are zeroed in stage 1 ----
     const int seats = P + (P & 1);
     const int ring_size = seats - 1;
@@ -95,7 +96,7 @@ struct PlanSmem {
   static PlanSmem for_params(const PlanParams& params) {
     const int H = params.num_experts / params.num_ranks;
     return make(params.num_ranks, params.num_experts, params.num_slots < H ? params.num_slots : H,
-                params.max_broadcasts, params.num_slots, params.iser);
+                params.max_broadcasts, params.num_slots, params.iser, params.iser_blocks);
   }
 };
 
@@ -254,6 +255,8 @@ struct State {
     b_quota_offset += w;
     b_link += w;
     quota += w;
+    left += w;
+    spent += w;
   }
 
   // Compact quota index of rank r in broadcast b, -1 when r is not a host.

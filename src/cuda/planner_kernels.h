@@ -45,6 +45,10 @@ int count_smem_bytes(const CountParams& params);
 int prepare_count_kernel(int smem_bytes);  // raises the kernel's shared-memory limit once
 int launch_count(const CountParams& params, CUstream_st* stream);
 
+// iser's candidate placements: room-aware at T, HALO-Q, and the slack ladder's four water levels
+// (plan_iser.cuh; each on its own warp and candidate block where the shared memory allows).
+inline constexpr int kIserParallelBlocks = 6;
+
 struct PlanParams {
   const int32_t* counts = nullptr;      // [num_plans][P][E]
   int32_t* plans = nullptr;             // [num_plans][plan_words]
@@ -64,6 +68,9 @@ struct PlanParams {
   bool absorb = false;
   bool owner_in_group = false;
   bool iser = false;  // plan_iser (non-resident): needs the extra shared arrays of PlanSmem
+  // iser: candidate blocks of PlanSmem, kIserParallelBlocks (every candidate of the slack ladder
+  // on its own warp at once) where the shared memory allows, else 2 (one after the other).
+  int iser_blocks = 2;
   // Stage 4 by pair lists and levels, else by phases (GpuPlanner::set_repair_schedule).
   bool scheduled_repair = false;
 };
@@ -129,9 +136,10 @@ struct PlanRewriteParams {
 };
 // Dynamic shared memory of the fused kernel (bytes): the planner's or a rewrite tile's, the larger.
 int plan_rewrite_smem_bytes(const PlanRewriteParams& params);
-// Raises the kernel's shared-memory limit; returns the cudaError_t, and in *max_ctas the most
-// CTAs a cooperative launch of it may have on this device (0: it cannot be launched).
-int prepare_plan_rewrite_kernel(int smem_bytes, int* max_ctas);
+// Raises the shared-memory limit of the kernel for iser (PlanParams::iser) or HALO-Q plans;
+// returns the cudaError_t, and in *max_ctas the most CTAs a cooperative launch of it may have on
+// this device (0: it cannot be launched).
+int prepare_plan_rewrite_kernel(int smem_bytes, bool iser, int* max_ctas);
 // One cooperative launch of min(num_plans + rewrite tiles, max_ctas) CTAs (max_ctas from the
 // prepare call): a CTA per plan, the others share the tiles. cudaErrorInvalidValue unless
 // num_plans < max_ctas (the caller launches fewer plans at a time).

@@ -4,9 +4,9 @@
 // Ordinals come from three prefix sums: the tiles before this CTA's (tile counts recorded by the
 // count kernel), the warps before this one in the tile, and the lanes before this one in the
 // warp (__match_any_sync). With the plan's north-west-corner tables, ordinal o of source s goes
-// to the residual destinations d < s first, then s itself (diag = min(c[s][e], q[s])), then to
-// d > s: dest = the first d whose demand_end exceeds supply_begin[s] + (o minus the diag routes
-// already passed), a binary search over P.
+// to the residual destinations d < s first, then s itself (diag = min(c[s][e], q[s]), q summed
+// over the expert's broadcasts), then to d > s: dest = the first d whose demand_end exceeds
+// supply_begin[s] + (o minus the diag routes already passed), a binary search over P.
 #pragma once
 
 #include <cstdint>
@@ -38,9 +38,11 @@ struct BroadcastView {
   int32_t* begin;
   int32_t* size;
   int32_t* helper;
-  int32_t* diag;          // min(c[s][e], q[s])
+  int32_t* previous;      // the expert's broadcast before this one, -1 = none
+  int32_t* diag;          // routes s computes itself (SourceRoutes)
   int32_t* low;           // residual routes of s that go to ranks d < s
   int32_t* supply_begin;  // residual supply of the ranks before s
+  static constexpr int kArrays = 9;
 };
 
 // Shared-memory layout (int32 words): warp counts [kWarps][max_broadcasts], expert_broadcast
@@ -48,7 +50,8 @@ struct BroadcastView {
 // [max_broadcasts][P] (stages_demand only).
 __host__ __device__ inline int rewrite_smem_words(int num_experts, int max_broadcasts,
                                                   int num_ranks) {
-  return RewriteConfig::kWarps * max_broadcasts + num_experts + 8 * max_broadcasts +
+  return RewriteConfig::kWarps * max_broadcasts + num_experts +
+         BroadcastView::kArrays * max_broadcasts +
          (stages_demand(num_ranks, max_broadcasts) ? num_ranks * max_broadcasts : 0);
 }
 
@@ -57,8 +60,10 @@ __device__ __forceinline__ int broadcast_slot(const BroadcastView& v, const int3
                                               int b, int s, int ordinal, int P, int H, int S,
                                               bool owner_home) {
   return route_slot(
-      v.low[b], v.diag[b], v.supply_begin[b], [demand_end](int d) { return demand_end[d]; },
-      v.expert[b], v.owner[b], v.begin[b], v.size[b], v.helper[b], s, ordinal, P, H, S, owner_home);
+      SourceRoutes{v.diag[b], v.low[b], v.supply_begin[b]},
+      [demand_end](int d) { return demand_end[d]; },
+      [&v](int g) { return make_int4(v.begin[g], v.size[g], v.helper[g], v.previous[g]); }, b,
+      v.expert[b], v.owner[b], s, ordinal, P, H, S, owner_home);
 }
 
 }  // namespace rewrite_detail
@@ -108,7 +113,8 @@ __global__ void __launch_bounds__(RewriteConfig::kThreads) rewrite_kernel(const 
                            arrays + 4 * max_b,
                            arrays + 5 * max_b,
                            arrays + 6 * max_b,
-                           arrays + 7 * max_b};
+                           arrays + 7 * max_b,
+                           arrays + 8 * max_b};
   if (B > 0) {
     for (int e = tid; e < E; e += RewriteConfig::kThreads) {
       expert_broadcast[e] = plan[lay.expert_broadcast() + e];
@@ -116,7 +122,7 @@ __global__ void __launch_bounds__(RewriteConfig::kThreads) rewrite_kernel(const 
   }
   // demand_end rows: staged beside the views (same load depth), or read from the plan.
   const bool staged = stages_demand(P, max_b);
-  int32_t* staged_demand = arrays + 8 * max_b;
+  int32_t* staged_demand = arrays + BroadcastView::kArrays * max_b;
   const int32_t* demand_end = staged ? staged_demand : plan + lay.demand_end();
   if (staged) {
     for (int i = tid; i < B * P; i += RewriteConfig::kThreads) {
@@ -126,19 +132,20 @@ __global__ void __launch_bounds__(RewriteConfig::kThreads) rewrite_kernel(const 
   for (int b = tid; b < B; b += RewriteConfig::kThreads) {
     const int32_t* rec = plan + lay.broadcasts() + b * GpuPlanLayout::kBroadcastWords;
     const int expert = rec[GpuPlanLayout::kExpert];
-    const int q = plan[lay.quotas() + b * P + s];
-    const int supply_begin = plan[lay.supply_begin() + b * P + s];
-    const int before = s > 0 ? plan[lay.demand_end() + b * P + s - 1] : 0;
-    const int c = counts[s * E + expert];
-    const int diag = min(c, q);
+    const int32_t* supply_row = plan + lay.supply_begin() + b * P;
+    const int32_t* demand_row = plan + lay.demand_end() + b * P;
+    const SourceRoutes src = source_routes(counts[s * E + expert], supply_row[s],
+                                           s + 1 < P ? supply_row[s + 1] : demand_row[P - 1],
+                                           s > 0 ? demand_row[s - 1] : 0);
     view.expert[b] = expert;
     view.owner[b] = rec[GpuPlanLayout::kOwner];
     view.begin[b] = rec[GpuPlanLayout::kGroupBegin];
     view.size[b] = rec[GpuPlanLayout::kGroupSize];
     view.helper[b] = rec[GpuPlanLayout::kHelper];
-    view.diag[b] = diag;
-    view.low[b] = min(max(before - supply_begin, 0), c - diag);
-    view.supply_begin[b] = supply_begin;
+    view.previous[b] = rec[GpuPlanLayout::kPrevious];
+    view.diag[b] = src.diag;
+    view.low[b] = src.low;
+    view.supply_begin[b] = src.supply_begin;
   }
   int32_t* my_counts = warp_counts + warp * max_b;
   for (int b = lane; b < B; b += 32) my_counts[b] = 0;
@@ -173,6 +180,8 @@ __global__ void __launch_bounds__(RewriteConfig::kThreads) rewrite_kernel(const 
   // chain up to num_tiles dependent global loads.
   for (int b = warp; b < B; b += RewriteConfig::kWarps) {
     const int expert = view.expert[b];
+    // Routes of an expert broadcast more than once count at its last broadcast (expert_broadcast).
+    if (expert_broadcast[expert] != b) continue;
     const int32_t* tiles = p.tile_counts + static_cast<int64_t>(row) * p.num_tiles * E + expert;
     int run = 0;
     for (int t = lane; t < tile; t += 32) run += tiles[static_cast<int64_t>(t) * E];

@@ -125,7 +125,8 @@ inline bool repeats_an_expert(const Plan& plan) {
   return false;
 }
 
-// iser plans compared so far that broadcast an expert twice (coverage of that path).
+// iser plans compared so far (plans and slot ids) that broadcast an expert twice (coverage of
+// that path).
 inline std::atomic<int> g_iser_repeats{0};
 
 inline std::string first_difference(const Plan& gpu, const Plan& cpu) {
@@ -162,8 +163,7 @@ struct Batch {
 };
 
 // How run_batch plans and rewrites: the repair schedule (GpuPlanner::set_repair_schedule), and
-// plan() + rewrite_all() as one fused kernel (GpuPlanner::plan_rewrite_all; HALO-Q batches
-// only, iser plans are not rewritten).
+// plan() + rewrite_all() as one fused kernel (GpuPlanner::plan_rewrite_all).
 struct BatchMode {
   RepairSchedule repair = RepairSchedule::kAuto;
   bool fused = false;
@@ -185,17 +185,14 @@ inline int run_batch(const Batch& batch, const std::string& label, const BatchMo
   DeviceBuffer<int32_t> d_slots(batch.ids.size());
   d_ids.upload(batch.ids);
   planner.count(d_ids.ptr, batch.tokens, batch.top_k, d_counts.ptr, nullptr, rows);
-  // iser plans may broadcast an expert twice, which the GPU rewrite refuses: plans only.
   const bool iser = batch.options.iser;
-  if (mode.fused && !iser) {
+  if (mode.fused) {
     planner.plan_rewrite_all(d_counts.ptr, d_plans.ptr, d_ids.ptr, batch.tokens, batch.top_k,
                              batch.num_inputs, d_slots.ptr, nullptr);
   } else {
     planner.plan(d_counts.ptr, d_plans.ptr, nullptr, batch.num_inputs);
-    if (!iser) {
-      planner.rewrite_all(d_ids.ptr, batch.tokens, batch.top_k, d_counts.ptr, d_plans.ptr,
-                          batch.num_inputs, d_slots.ptr, nullptr);
-    }
+    planner.rewrite_all(d_ids.ptr, batch.tokens, batch.top_k, d_counts.ptr, d_plans.ptr,
+                        batch.num_inputs, d_slots.ptr, nullptr);
   }
   ISER_CUDA_CHECK(cudaDeviceSynchronize());
   EXPECT_EQ(planner.read_errors(), 0u) << label;
@@ -231,10 +228,7 @@ inline int run_batch(const Batch& batch, const std::string& label, const BatchMo
       ++failures;
       return;
     }
-    if (iser) {
-      if (repeats_an_expert(cpu_plan)) ++g_iser_repeats;
-      return;
-    }
+    if (iser && repeats_an_expert(cpu_plan)) ++g_iser_repeats;
     std::vector<int32_t> want(n);
     for (int s = 0; s < P; ++s) {
       rewrite_tokens(topo, expected, cpu_plan, s, ids.subspan(static_cast<size_t>(s) * n, n),

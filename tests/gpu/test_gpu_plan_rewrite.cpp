@@ -1,7 +1,7 @@
 // The fused planner + rewrite kernel (GpuPlanner::plan_rewrite / plan_rewrite_all) == CPU planner
-// and rewrite_tokens, bit for bit, on the random and real-histogram inputs of the planner tests
-// (planner_batches.h); CUDA-graph replays that must each see their own input (the generation
-// stamps of the plan waits), and the status words of bad inputs.
+// (plan_halo_q, plan_iser) and rewrite_tokens, bit for bit, on the random and real-histogram
+// inputs of the planner tests (planner_batches.h); CUDA-graph replays that must each see their own
+// input (the generation stamps of the plan waits), and the status words of bad inputs.
 #include <cuda_runtime.h>
 #include <gtest/gtest.h>
 
@@ -46,6 +46,31 @@ TEST(GpuPlanRewrite, MatchesCpuOnRealHistograms) {
   const int checked =
       check_real_histograms(gpu_test::read_histogram_csv(path), variant, fused_mode());
   std::printf("fused GPU == CPU on %d real-histogram inputs\n", checked);
+}
+
+// The iser planner in the fused kernel: plans that broadcast an expert more than once included.
+TEST(GpuPlanRewriteIser, MatchesCpuOnRandomSkewedTokens) {
+  SKIP_WITHOUT_GPU();
+  g_iser_repeats = 0;
+  const int checked = check_random_inputs(iser_variant, fused_mode());
+  if (HasFailure()) return;
+  std::printf(
+      "fused GPU iser == CPU plan_iser + rewrite_tokens on %d random inputs (plans and slot ids; "
+      "%d repeat an expert)\n",
+      checked, g_iser_repeats.load());
+  if (test_scale() >= 1.0) {
+    EXPECT_GE(checked, 100000);
+    EXPECT_GT(g_iser_repeats.load(), 0);
+  }
+}
+
+TEST(GpuPlanRewriteIser, MatchesCpuOnRealHistograms) {
+  SKIP_WITHOUT_GPU();
+  const std::string path = shared_data("dsv41-flash/coding.csv");
+  if (!std::filesystem::exists(path)) GTEST_SKIP() << "no " << path;
+  const int checked =
+      check_real_histograms(gpu_test::read_histogram_csv(path), iser_variant, fused_mode());
+  std::printf("fused GPU iser == CPU on %d real-histogram inputs\n", checked);
 }
 
 // One rank's routes of `num_inputs` inputs of one topology, with the CPU's counts.
@@ -172,8 +197,8 @@ TEST(GpuPlanRewrite, ReportsBadInputsInStatusWords) {
   EXPECT_EQ(home[7], topo.home_slot(4));
   EXPECT_EQ(describe_gpu_status(kGpuPlanTimeout), "plan-timeout");
 
-  // Host-side errors at once: a shape the last count() did not see, a rank out of range, and an
-  // iser planner (its plans are not rewritten on the GPU).
+  // Host-side errors at once: a shape the last count() did not see, a rank out of range, more
+  // plans than the last count() saw rows for.
   EXPECT_THROW(
       planner.plan_rewrite(d_counts.ptr, d_plan.ptr, d_ids.ptr, 2, 2, 0, d_slots.ptr, nullptr),
       Error);
@@ -183,12 +208,16 @@ TEST(GpuPlanRewrite, ReportsBadInputsInStatusWords) {
   EXPECT_THROW(
       planner.plan_rewrite_all(d_counts.ptr, d_plan.ptr, d_ids.ptr, 4, 2, 1, d_slots.ptr, nullptr),
       Error);
+  // The same shape checks for an iser planner (whose plans the GPU rewrites as well).
   GpuPlannerOptions iser;
   iser.iser = true;
   GpuPlanner iser_planner(topo, 64, iser);
   iser_planner.count(d_ids.ptr, 4, 2, d_row.ptr, nullptr);
   EXPECT_THROW(
-      iser_planner.plan_rewrite(d_counts.ptr, d_plan.ptr, d_ids.ptr, 4, 2, 0, d_slots.ptr, nullptr),
+      iser_planner.plan_rewrite(d_counts.ptr, d_plan.ptr, d_ids.ptr, 2, 2, 0, d_slots.ptr, nullptr),
+      Error);
+  EXPECT_THROW(
+      iser_planner.plan_rewrite(d_counts.ptr, d_plan.ptr, d_ids.ptr, 4, 2, 4, d_slots.ptr, nullptr),
       Error);
 }
 

@@ -139,8 +139,10 @@ TEST(GpuPlannerIser, MatchesCpuOnRandomSkewedTokens) {
   const int checked = check_random_inputs(iser_variant);
   if (HasFailure()) return;
   RecordProperty("inputs", checked);
-  std::printf("GPU iser == CPU plan_iser on %d random inputs (plans; %d repeat an expert)\n",
-              checked, g_iser_repeats.load());
+  std::printf(
+      "GPU iser == CPU plan_iser + rewrite_tokens on %d random inputs (plans and slot ids; %d "
+      "repeat an expert)\n",
+      checked, g_iser_repeats.load());
   if (test_scale() >= 1.0) {
     EXPECT_GE(checked, 100000);
   }
@@ -231,23 +233,59 @@ TEST(GpuPlannerIser, HostSideLimits) {
   EXPECT_EQ(GpuPlanLayout::make(Topology::make(8, 384, 4), true).max_broadcasts, 8);
 }
 
-TEST(GpuPlannerIser, RewriteIsRefused) {
+// Heavy power-law routes (the first of a fixed list of draws where plan_iser exports an expert
+// again, to a disjoint group): both rewrite forms give every route the CPU's slot.
+TEST(GpuPlannerIser, RewritesAnExpertBroadcastTwice) {
   SKIP_WITHOUT_GPU();
-  const Topology topo = Topology::make(4, 16, 2);
-  GpuPlanner planner(topo, 64, iser_variant(0), 4);
-  std::vector<int32_t> ids(size_t{4} * 8, 0);
+  constexpr int P = 16;
+  constexpr int E = 128;
+  constexpr int k = 8;
+  constexpr int tokens = 512;
+  const Topology topo = Topology::make(P, E, 2);
+  std::vector<int32_t> ids(size_t{P} * tokens * k);
+  CountMatrix counts;
+  Plan cpu;
+  bool found = false;
+  for (int draw = 0; draw < 200 && !found; ++draw) {
+    gpu_test::sample_tokens(gpu_test::zipf_weights(E, 1.1 + 0.05 * (draw % 10), 100 + draw), P,
+                            tokens, k, 1.0 / 64, 100 + draw, ids.data());
+    counts = CountMatrix::from_topk(ids, P, tokens, k, E);
+    cpu = plan_iser(topo, counts);
+    found = repeats_an_expert(cpu);
+  }
+  ASSERT_TRUE(found) << "no draw made plan_iser broadcast an expert twice";
+  GpuPlanner planner(topo, tokens * k, iser_variant(0), P);
   DeviceBuffer<int32_t> d_ids(ids.size());
-  DeviceBuffer<int32_t> d_counts(size_t{4} * 16);
+  DeviceBuffer<int32_t> d_counts(size_t{P} * E);
   DeviceBuffer<int32_t> d_plan(planner.plan_words());
   DeviceBuffer<int32_t> d_slots(ids.size());
   d_ids.upload(ids);
-  planner.count(d_ids.ptr, 8, 1, d_counts.ptr, nullptr, 4);
-  planner.plan(d_counts.ptr, d_plan.ptr, nullptr);
-  EXPECT_EQ(download_plan_status(d_plan.ptr), 0u);
-  EXPECT_TRUE(download_plan(planner.layout(), d_plan.ptr).owner_uses_home_slot);
-  EXPECT_THROW(
-      planner.rewrite_all(d_ids.ptr, 8, 1, d_counts.ptr, d_plan.ptr, 1, d_slots.ptr, nullptr),
-      Error);
+  planner.count(d_ids.ptr, tokens, k, d_counts.ptr, nullptr, P);
+  for (const bool fused : {false, true}) {
+    if (fused) {
+      planner.plan_rewrite_all(d_counts.ptr, d_plan.ptr, d_ids.ptr, tokens, k, 1, d_slots.ptr,
+                               nullptr);
+    } else {
+      planner.plan(d_counts.ptr, d_plan.ptr, nullptr);
+      planner.rewrite_all(d_ids.ptr, tokens, k, d_counts.ptr, d_plan.ptr, 1, d_slots.ptr, nullptr);
+    }
+    ISER_CUDA_CHECK(cudaDeviceSynchronize());
+    EXPECT_EQ(planner.read_errors(), 0u);
+    ASSERT_EQ(download_plan_status(d_plan.ptr), 0u);
+    const Plan gpu = download_plan(planner.layout(), d_plan.ptr);
+    ASSERT_TRUE(gpu == cpu) << first_difference(gpu, cpu);
+    const auto slots = d_slots.download(ids.size());
+    const int n = tokens * k;
+    std::vector<int32_t> want(n);
+    for (int s = 0; s < P; ++s) {
+      rewrite_tokens(topo, counts, cpu, s,
+                     std::span<const int32_t>(ids).subspan(static_cast<size_t>(s) * n, n), k, want);
+      for (int r = 0; r < n; ++r) {
+        ASSERT_EQ(slots[static_cast<size_t>(s) * n + r], want[r])
+            << (fused ? "fused" : "two kernels") << ": rank " << s << " route " << r;
+      }
+    }
+  }
 }
 
 TEST(GpuPlanner, ReportsBadInputsInStatusWords) {
