@@ -26,22 +26,92 @@
 
 namespace iser::cuda::plan_detail {
 
+// Levels of the lanes placement: (1 << num_levels) - 1 <= 32 groups.
+inline constexpr int kLaneLevels = 5;
+// Members of a finest-level group whose coldest-first fill is computed before the group is known.
+inline constexpr int kLaneFillMembers = 8;
+
+// The aligned groups of the lane's rank, one per level, fixed for the whole placement.
+struct LaneLevels {
+  unsigned mask[kLaneLevels];  // the group's lanes (the lane alone past the levels or ranks)
+  unsigned tie[kLaneLevels];   // 127 - group: larger for a lower first rank
+  bool valid[kLaneLevels];     // a level and a rank
+  int limit[kLaneLevels];      // warp-uniform: level l is wanted iff mass <= limit[l] (-1: none)
+  int finest_begin;            // first rank of the lane's finest group
+  int finest_size;
+
+  __device__ __forceinline__ void make(int P, int num_levels, int T, int lane) {
+#pragma unroll
+    for (int l = 0; l < kLaneLevels; ++l) {
+      const int size = max(1, P >> l);
+      valid[l] = l < num_levels && lane < P;
+      const int begin = l < num_levels ? lane / size * size : lane;
+      mask[l] = valid[l] ? (size == 32 ? PlanConfig::kFullMask : ((1u << size) - 1u) << begin)
+                         : 1u << lane;
+      tie[l] = valid[l] ? 127u - static_cast<unsigned>(lane / size) : 0u;
+      limit[l] = l < num_levels ? wanted_mass_limit(size, T) : -1;
+    }
+    finest_size = P >> (num_levels - 1);
+    finest_begin = lane / finest_size * finest_size;
+  }
+};
+
+// The group a lanes pass takes: HALO-Q's level walk (docs/design.md §4.2) over one key per level,
+// room << 7 | tie of the level's candidate group (0: none eligible with room). Warp-uniform.
+// Reference: the finest wanted level with room > 0. absorb: the finest wanted level whose room
+// >= give, else the most room over the wanted levels (ties: the finer level).
+__device__ __forceinline__ GroupChoice choose_level(const unsigned (&key)[kLaneLevels],
+                                                    const LaneLevels& ll, bool absorb, int P,
+                                                    int mass, int give) {
+  int level = -1;
+  unsigned chosen = 0;
+  int fallback_level = -1;
+  unsigned fallback = 0;
+#pragma unroll
+  for (int l = 0; l < kLaneLevels; ++l) {  // coarse to fine: a finer level overrides
+    const unsigned room = key[l] >> 7;
+    const bool wanted = mass != 0 && give > 0 && mass <= ll.limit[l] && room > 0;
+    const bool takes = wanted && (!absorb || room >= static_cast<unsigned>(give));
+    level = takes ? l : level;
+    chosen = takes ? key[l] : chosen;
+    const bool more = wanted && room >= (fallback >> 7);
+    fallback_level = more ? l : fallback_level;
+    fallback = more ? key[l] : fallback;
+  }
+  if (absorb && level < 0) {
+    level = fallback_level;
+    chosen = fallback;
+  }
+  GroupChoice choice;
+  if (level < 0) return choice;
+  const unsigned room = chosen >> 7;
+  choice.level = level;
+  choice.begin = (127 - static_cast<int>(chosen & 127u)) * (P >> level);
+  choice.moved = static_cast<int>(min(room, static_cast<unsigned>(give)));
+  choice.full = static_cast<unsigned>(give) >= room;
+  return choice;
+}
+
 // HALO-Q placement (reference and the absorb / owner_in_group / min_move variants) for P <= 32
 // whose aligned groups fit one warp ((1 << num_levels) - 1 <= 32). Warp 0; returns the number of
-// broadcasts and leaves the final loads in st.load. Lane r holds rank r and group r (flat index
-// 2^level - 1 + group, LaneGroup); kSteps >= ceil(log2 P) is the room scan's depth, a constant
-// so that the pass loop holds no test of it (steps past P add nothing to the lanes below P).
+// broadcasts and leaves the final loads in st.load. Lane r holds rank r.
 //
-// NOTE: the only branches of a pass are warp-uniform (no owner left, a failed attempt, the fill
-// order, overflow). Per-lane updates are selects and predicated stores: a divergent `if` costs a
-// reconvergence barrier on the chain.
-template <int kSteps>
+// NOTE: a pass is one dependent chain on one warp, and every warp reduction or shuffle on it costs
+// tens of cycles. Everything that does not depend on the owner is computed beside the owner's
+// reduction: each level's group sums (one reduce-add per level over the group's lanes: the owner
+// adds no room since its load is above the water), each level's best group (one reduce-max per
+// level), and every rank's coldest-first fill position inside its finest group (shuffles from the
+// group's lanes). After the owner: its candidate (two shuffles) and warp-uniform selects. Only a
+// fill at a coarser level goes through shared memory. The only branches of a pass are
+// warp-uniform; per-lane updates are selects and predicated stores.
 __device__ __forceinline__ int place_lanes(const State& st, const PlanParams& p, int T, int lane) {
   const int P = st.P;
   const int S = st.S;
   const int C = st.C;
   const int water = T;
   const int min_move = p.min_move;
+  const bool absorb = p.absorb;
+  const bool owner_in_group = p.owner_in_group;
   const bool is_rank = lane < P;
   // A lane's own candidate list (lanes >= P read rank 0's, never used).
   const int32_t* const candidates = st.candidates + (is_rank ? lane : 0) * C;
@@ -54,9 +124,10 @@ __device__ __forceinline__ int place_lanes(const State& st, const PlanParams& p,
   // NOTE: alive == !frozen && sent < S && cursor < C of place_ranks (see its NOTE: a rank that
   // would be frozen at once is left out of the owner choice).
   bool alive = is_rank && C > 0 && S > 0;
-  LaneGroup lg;
-  lg.make(st, water, lane);
-  const bool packed_key = static_cast<long long>(P) * water < (1 << 22);
+  LaneLevels ll;
+  ll.make(P, st.num_levels, water, lane);
+  const int finest = st.num_levels - 1;
+  const bool fill_in_registers = ll.finest_size <= kLaneFillMembers;
   int num_broadcasts = 0;
   int quota_used = 0;
   const int max_passes = P * (C + 2);
@@ -67,13 +138,31 @@ __device__ __forceinline__ int place_lanes(const State& st, const PlanParams& p,
     const unsigned mine =
         alive && load > water ? static_cast<unsigned>(load) << 7 | (127u - lane) : 0u;
     const unsigned key = __reduce_max_sync(PlanConfig::kFullMask, mine);
-    // Room of the lane's group (independent of the owner, so beside the reduction): inclusive
-    // prefix of (room << 7 | no free helper slot) over ranks, at the group's ends.
+    // Each level's group sums of (room << 7 | no free helper slot): Σ room <= P * water < 2^25
+    // and at most P <= 32 flags, so the packed sum fits 32 bits. own[l]: the key of the lane's
+    // group at level l (room << 7 | tie, 0 when a member has no free slot or there is no room).
     const bool cold = is_rank && load < water;
-    const unsigned packed[1] = {warp_inclusive_scan(
-        (cold ? static_cast<unsigned>(water - load) << 7 : 0u) | (is_rank && recv >= S ? 1u : 0u),
-        lane, 1 << kSteps)};
-    const unsigned room = lg.room<1>(packed);
+    const unsigned packed =
+        (cold ? static_cast<unsigned>(water - load) << 7 : 0u) | (is_rank && recv >= S ? 1u : 0u);
+    unsigned own[kLaneLevels];
+    unsigned best[kLaneLevels];
+#pragma unroll
+    for (int l = 0; l < kLaneLevels; ++l) {
+      const unsigned sum = __reduce_add_sync(ll.mask[l], packed);
+      own[l] = ll.valid[l] && (sum & 127u) == 0 && sum >= 128u ? sum | ll.tie[l] : 0u;
+    }
+#pragma unroll
+    for (int l = 0; l < kLaneLevels; ++l) best[l] = __reduce_max_sync(PlanConfig::kFullMask, own[l]);
+    // The coldest-first fill inside the lane's finest group: the caps of the members colder than
+    // the lane by (L, rank). The owner's cap is 0 without a test: its L is above the water.
+    const unsigned order = static_cast<unsigned>(load) << 7 | static_cast<unsigned>(lane);
+    int before_finest = 0;
+#pragma unroll
+    for (int j = 0; j < kLaneFillMembers; ++j) {
+      const unsigned word = __shfl_sync(PlanConfig::kFullMask, order, ll.finest_begin + j);
+      const int load2 = static_cast<int>(word >> 7);
+      before_finest += j < ll.finest_size && word < order && load2 < water ? water - load2 : 0;
+    }
     // The lane's next candidate (used if it is the owner), loaded before it is known.
     const int next = cursor + 1;
     const int next_cand = next < C ? candidates[next] : -1;
@@ -90,8 +179,11 @@ __device__ __forceinline__ int place_lanes(const State& st, const PlanParams& p,
     mass = is_owner ? next_mass : mass;
     alive = alive && !(is_owner && next >= C);
     const int give = min(load_o - water, mass_o);
-
-    const GroupChoice g = choose_group_lane(p, lg, room, packed_key, P, o, mass_o, give);
+    if (owner_in_group) {  // the owner's own group at each level
+#pragma unroll
+      for (int l = 0; l < kLaneLevels; ++l) best[l] = __shfl_sync(PlanConfig::kFullMask, own[l], o);
+    }
+    const GroupChoice g = choose_level(best, ll, absorb, P, mass_o, give);
     const int moved = g.moved;
     if (g.level < 0 || moved <= 0) {  // freeze the owner
       alive = alive && !is_owner;
@@ -107,31 +199,27 @@ __device__ __forceinline__ int place_lanes(const State& st, const PlanParams& p,
     const bool in_group = lane >= begin && lane < begin + size;
     const int cap = in_group && !is_owner && load < water ? water - load : 0;
     int take = cap;
-    if (!g.full) {
-      // Member m's cap follows from its word (L << 7 | m): water - L if L < water.
-      // NOTE: the owner's cap is 0 without a test: its L is above the water (the owner choice).
-      // The words go through shared memory, four members per 16-byte load (an aligned group of
-      // four or more starts at a multiple of 4), not a dependent shuffle per member.
-      const unsigned order = static_cast<unsigned>(load) << 7 | static_cast<unsigned>(lane);
+    if (!g.full && level == finest && fill_in_registers) {
+      take = min(cap, max(0, give - before_finest));
+    } else if (!g.full) {
+      // A coarser group: the members' words through shared memory, four per 16-byte load (an
+      // aligned group of four or more starts at a multiple of 4).
       __syncwarp();  // the previous fill's reads are done
       fill_words[lane] = order;
       __syncwarp();
-      auto cap_before = [&](unsigned word, int m) {
-        const int load2 = static_cast<int>(word >> 7);
-        return m >= begin && m < begin + size && word < order && load2 < water ? water - load2 : 0;
-      };
       int before = 0;
-      auto add_four = [&](int j) {
+#pragma unroll 1
+      for (int j = begin & ~3; j < begin + size; j += 4) {
         const uint4 w = *reinterpret_cast<const uint4*>(fill_words + j);
-        before += (cap_before(w.x, j) + cap_before(w.y, j + 1)) +
-                  (cap_before(w.z, j + 2) + cap_before(w.w, j + 3));
-      };
-      if constexpr (kSteps <= 3) {  // P <= 8: both loads, no loop
+        const unsigned words[4] = {w.x, w.y, w.z, w.w};
 #pragma unroll
-        for (int j = 0; j < 1 << kSteps; j += 4) add_four(j);
-      } else {
-#pragma unroll 2
-        for (int j = begin & ~3; j < begin + size; j += 4) add_four(j);
+        for (int i = 0; i < 4; ++i) {
+          const int m = j + i;
+          const int load2 = static_cast<int>(words[i] >> 7);
+          before += m >= begin && m < begin + size && words[i] < order && load2 < water
+                        ? water - load2
+                        : 0;
+        }
       }
       take = min(cap, max(0, give - before));
     }
@@ -172,9 +260,7 @@ __device__ __forceinline__ int place_halo_q(const State& st, const PlanParams& p
     if (lane == 0) num_broadcasts = place_thread<kThreadPlaceRanks>(st, p, T);
     return __shfl_sync(PlanConfig::kFullMask, num_broadcasts, 0);
   }
-  if (st.P <= 32 && (1 << st.num_levels) - 1 <= 32) {
-    return st.P <= 8 ? place_lanes<3>(st, p, T, lane) : place_lanes<5>(st, p, T, lane);
-  }
+  if (st.P <= 32 && (1 << st.num_levels) - 1 <= 32) return place_lanes(st, p, T, lane);
   return st.P <= 32 ? place_ranks<1>(st, p, T, T, false, lane)
                     : place_ranks<PlanConfig::kRankChunks>(st, p, T, T, false, lane);
 }
