@@ -306,14 +306,15 @@ __device__ __forceinline__ void stage_repair(const State& st, const PlanParams& 
     timer.stamp(4, tid, 32 * first_warp);
     if (st.scalars[kPoolTopWord] <= kPairPoolWords) {
       int deepest = -1;  // the rotation walk (or no levels: P <= kPhaseStepMaxRanks)
-      if (P > kPhaseStepMaxRanks && st.scalars[kNodeCountWord] <= min(kMaxLevelNodes, side_threads)) {
+      if (P > kPhaseStepMaxRanks &&
+          st.scalars[kNodeCountWord] <= min(kMaxLevelNodes, side_threads)) {
         level_pass_parallel(st, side_tid, side_threads);
         named_barrier(2, side_threads);
         deepest = st.scalars[kDeepestWord];
       }
       if (side_warp == 0) {
-        repair_scheduled(P, lay.entry, lay.pair_head, lay.rank_code, lay.rotations,
-                         lay.pair_items, lay.level_table, lay.scalars, deepest, lane,
+        repair_scheduled(P, lay.entry, lay.pair_head, lay.rank_code, lay.rotations, lay.pair_items,
+                         lay.level_table, lay.scalars, deepest, lane,
                          timer.timer != nullptr && lane == 0 ? timer.timer + 5 : nullptr);
       }
     } else {
@@ -327,8 +328,8 @@ __device__ __forceinline__ void stage_repair(const State& st, const PlanParams& 
       kRegisterRepair && by_phases && P <= kRegisterRepairMaxRanks && B <= 32;  // CTA-uniform
   if (in_registers) {
     if (side_warp == 0) {
-      repair_registers(st.order, st.b_begin, st.b_size, st.b_owner, st.b_quota_offset, st.entry,
-                       P, B, lane);
+      repair_registers(st.order, st.b_begin, st.b_size, st.b_owner, st.b_quota_offset, st.entry, P,
+                       B, lane);
     }
   } else if (by_phases) {
     repair_by_phases(st, B, side_warp, num_side_warps, lane);

@@ -1,22 +1,21 @@
-// Stage 2 of the HALO-Q planner kernel for P <= 32 (EP4..EP32):
-// the placement of plan_place.cuh (docs/design.md §4.2) with one rank per lane and one aligned
-// group per lane, written for the length of a pass.
+// Stage 2 of the HALO-Q planner kernel for P <= 32 (EP5..EP32; EP4 takes plan_place_thread.cuh):
+// the placement of plan_place.cuh (docs/design.md §4.2) with one rank per lane, written for the
+// length of a pass.
 //
-// NOTE: a pass is one dependent chain on one warp. ncu (H200, 2026-12-01) counted 283-291 warp
-// instructions per pass of the general place_ranks<1> at EP8-32, 0.85 us per broadcast, half of
-// its stall samples "wait" (fixed-latency dependencies) spread over the whole pass, and a quarter
-// of its instructions control flow: reconvergence (BSSY/BSYNC) around every per-lane `if`, the
-// short-circuit tests of the group search. This version:
+// NOTE: a pass is one dependent chain on one warp; its cost is the number of warp reductions and
+// shuffles in sequence on it (tens of cycles each) plus its instruction count, since one warp
+// hides no latency. This version:
+//   - computes everything that does not depend on the owner beside the owner's reduction: the
+//     room of every aligned group at every level (one reduce-add per level over the group's
+//     lanes), the best group of each level (one reduce-max per level) and each rank's place in
+//     the coldest-first fill of its finest group (shuffles); after the owner only its candidate
+//     (two shuffles) and warp-uniform selects remain (choose_level);
 //   - has only warp-uniform branches in a pass (no owner left, a failed attempt, the fill order,
-//     overflow); per-lane updates are selects and predicated stores;
+//     overflow); per-lane updates are selects and predicated stores (a divergent `if` costs a
+//     reconvergence on the chain);
 //   - keeps one `alive` flag per rank instead of (frozen, sent < S, cursor < C);
 //   - loads every lane's next candidate and its mass while the owner is being chosen, so the
-//     owner's cursor moves by selects (no divergent load);
-//   - tests the group's acceptance without short-circuit branches, in one reduction
-//     (choose_group_lane, which place_ranks shares);
-//   - reads the members' words (L << 7 | rank) for the coldest-first fill from shared memory,
-//     four per 16-byte load (a member's cap and order follow from its word).
-// Placement at EP4 / 8 / 16 / 32: 1.92 / 5.09 / 9.73 / 18.75 -> 1.60 / 3.94 / 7.65 / 14.11 us.
+//     owner's cursor moves by selects (no divergent load).
 // The decisions are those of place_ranks (same owner, group, quotas, ties, pass budget and
 // overflow checks); the GpuPlanner tests compare both against the CPU planner.
 #pragma once
@@ -152,7 +151,8 @@ __device__ __forceinline__ int place_lanes(const State& st, const PlanParams& p,
       own[l] = ll.valid[l] && (sum & 127u) == 0 && sum >= 128u ? sum | ll.tie[l] : 0u;
     }
 #pragma unroll
-    for (int l = 0; l < kLaneLevels; ++l) best[l] = __reduce_max_sync(PlanConfig::kFullMask, own[l]);
+    for (int l = 0; l < kLaneLevels; ++l)
+      best[l] = __reduce_max_sync(PlanConfig::kFullMask, own[l]);
     // The coldest-first fill inside the lane's finest group: the caps of the members colder than
     // the lane by (L, rank). The owner's cap is 0 without a test: its L is above the water.
     const unsigned order = static_cast<unsigned>(load) << 7 | static_cast<unsigned>(lane);
@@ -244,16 +244,13 @@ __device__ __forceinline__ int place_lanes(const State& st, const PlanParams& p,
 }
 
 // HALO-Q placement (warp 0): on lane 0 with every rank in its registers for P = 4
-// (place_thread), one rank and one group per lane where they fit a warp (every P <= 32 at the
+// (place_thread), one rank per lane where the aligned groups fit a warp (every P <= 32 at the
 // default g_min), place_ranks otherwise.
 //
-// NOTE: two copies of the lane loop, not one per scan depth: after an L2 flush the kernel's code
-// comes from HBM, and five inlined copies between stage 1 and the repair set-up cost the set-up
-// +0.55 us (EP8-32), more than a fifth scan step costs EP16 (+0.13 us); an out-of-line call cost
-// +0.95 us (its arguments go through the stack). Measured on H200, 2026-12-01.
-// NOTE: place_thread<8> was slower than place_lanes<3> at EP8 (placement 4.77 against 4.03 us:
-// ~670 instructions per pass, twice the count of P = 4) and is not used; place_thread<4> took
-// EP4's placement from 1.60 to 1.22-1.25 us (H200, 2026-12-01).
+// NOTE: one inlined copy of the lane loop: after an L2 flush the kernel's code comes from HBM, so
+// every copy between stage 1 and the repair set-up costs its first fetch, and an out-of-line call
+// costs its arguments' trip through the stack. place_thread is used at P = 4 only: at P = 8 it
+// executes about twice the instructions per pass and lost to the lanes.
 __device__ __forceinline__ int place_halo_q(const State& st, const PlanParams& p, int T, int lane) {
   if (thread_placement_fits(st)) {
     int num_broadcasts = 0;

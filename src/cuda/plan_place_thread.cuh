@@ -48,6 +48,25 @@ __device__ __forceinline__ T pick(const T (&v)[R], int o) {
   return tree_reduce<R>(v, [o](T x, T y, int depth) { return ((o >> depth) & 1) != 0 ? y : x; });
 }
 
+// The coldest-first fill on one thread: take[r] (each member's cap, 0 for the others) becomes
+// min(cap, what is left of give after the members colder by (L, rank)).
+template <int P>
+__device__ __forceinline__ void fill_coldest_first(const int (&load)[P], int give, int (&take)[P]) {
+  unsigned order[P];
+#pragma unroll
+  for (int r = 0; r < P; ++r) order[r] = static_cast<unsigned>(load[r]) << 3 | r;
+  int fill[P];
+#pragma unroll
+  for (int r = 0; r < P; ++r) {
+    int before = 0;
+#pragma unroll
+    for (int j = 0; j < P; ++j) before += j != r && order[j] < order[r] ? take[j] : 0;
+    fill[r] = min(take[r], max(0, give - before));
+  }
+#pragma unroll
+  for (int r = 0; r < P; ++r) take[r] = fill[r];
+}
+
 // HALO-Q placement (reference and the absorb / owner_in_group / min_move variants) on the
 // calling thread, for thread_placement_fits plans. Returns the number of broadcasts and leaves
 // the final loads in st.load. The groups: g0 = all P ranks (level 0) and, with two levels, g1 =
@@ -175,21 +194,7 @@ __device__ __forceinline__ int place_thread(const State& st, const PlanParams& p
     int take[P];
 #pragma unroll
     for (int r = 0; r < P; ++r) take[r] = has(members, r) ? cap[r] : 0;  // the owner's cap is 0
-    if (give < room) {
-      unsigned order[P];
-#pragma unroll
-      for (int r = 0; r < P; ++r) order[r] = static_cast<unsigned>(load[r]) << 3 | r;
-      int fill[P];
-#pragma unroll
-      for (int r = 0; r < P; ++r) {
-        int before = 0;
-#pragma unroll
-        for (int j = 0; j < P; ++j) before += j != r && order[j] < order[r] ? take[j] : 0;
-        fill[r] = min(take[r], max(0, give - before));
-      }
-#pragma unroll
-      for (int r = 0; r < P; ++r) take[r] = fill[r];
-    }
+    if (give < room) fill_coldest_first<P>(load, give, take);
     const bool owner_in = has(members, o);
     const int entries = size + (owner_in ? 0 : 1);
     if (plan_overflows(st, num_broadcasts, quota_used, entries, 0)) break;
