@@ -6,10 +6,10 @@
 // shuffles in sequence on it (tens of cycles each) plus its instruction count, since one warp
 // hides no latency. This version:
 //   - computes everything that does not depend on the owner beside the owner's reduction: the
-//     room of every aligned group at every level (one reduce-add per level over the group's
-//     lanes), the best group of each level (one reduce-max per level) and each rank's place in
-//     the coldest-first fill of its finest group (shuffles); after the owner only its candidate
-//     (two shuffles) and warp-uniform selects remain (choose_level);
+//     room of every aligned group (a prefix over the ranks), the best group of each level (one
+//     reduce-max per level) and each rank's place in the coldest-first fill of its finest group
+//     (shuffles); after the owner only its candidate (two shuffles) and warp-uniform selects
+//     remain (choose_level);
 //   - has only warp-uniform branches in a pass (no owner left, a failed attempt, the fill order,
 //     overflow); per-lane updates are selects and predicated stores (a divergent `if` costs a
 //     reconvergence on the chain);
@@ -30,25 +30,16 @@ inline constexpr int kLaneLevels = 5;
 // Members of a finest-level group whose coldest-first fill is computed before the group is known.
 inline constexpr int kLaneFillMembers = 8;
 
-// The aligned groups of the lane's rank, one per level, fixed for the whole placement.
+// Per-level constants of the lanes placement, fixed for the whole placement.
 struct LaneLevels {
-  unsigned mask[kLaneLevels];  // the group's lanes (the lane alone past the levels or ranks)
-  unsigned tie[kLaneLevels];   // 127 - group: larger for a lower first rank
-  bool valid[kLaneLevels];     // a level and a rank
-  int limit[kLaneLevels];      // warp-uniform: level l is wanted iff mass <= limit[l] (-1: none)
-  int finest_begin;            // first rank of the lane's finest group
+  int limit[kLaneLevels];  // warp-uniform: level l is wanted iff mass <= limit[l] (-1: none)
+  int finest_begin;        // first rank of the lane's finest group
   int finest_size;
 
   __device__ __forceinline__ void make(int P, int num_levels, int T, int lane) {
 #pragma unroll
     for (int l = 0; l < kLaneLevels; ++l) {
-      const int size = max(1, P >> l);
-      valid[l] = l < num_levels && lane < P;
-      const int begin = l < num_levels ? lane / size * size : lane;
-      mask[l] = valid[l] ? (size == 32 ? PlanConfig::kFullMask : ((1u << size) - 1u) << begin)
-                         : 1u << lane;
-      tie[l] = valid[l] ? 127u - static_cast<unsigned>(lane / size) : 0u;
-      limit[l] = l < num_levels ? wanted_mass_limit(size, T) : -1;
+      limit[l] = l < num_levels ? wanted_mass_limit(P >> l, T) : -1;
     }
     finest_size = P >> (num_levels - 1);
     finest_begin = lane / finest_size * finest_size;
@@ -97,12 +88,17 @@ __device__ __forceinline__ GroupChoice choose_level(const unsigned (&key)[kLaneL
 //
 // NOTE: a pass is one dependent chain on one warp, and every warp reduction or shuffle on it costs
 // tens of cycles. Everything that does not depend on the owner is computed beside the owner's
-// reduction: each level's group sums (one reduce-add per level over the group's lanes: the owner
-// adds no room since its load is above the water), each level's best group (one reduce-max per
-// level), and every rank's coldest-first fill position inside its finest group (shuffles from the
-// group's lanes). After the owner: its candidate (two shuffles) and warp-uniform selects. Only a
-// fill at a coarser level goes through shared memory. The only branches of a pass are
-// warp-uniform; per-lane updates are selects and predicated stores.
+// reduction: the room of every aligned group (one group per lane, LaneGroup, from a prefix over
+// the ranks: the owner adds no room since its load is above the water), each level's best group
+// (one full-warp reduce-max per level) and every rank's place in the coldest-first fill of its
+// finest group (shuffles from the group's lanes). After the owner: its candidate (two shuffles)
+// and warp-uniform selects. Only a fill at a coarser level goes through shared memory. The only
+// branches of a pass are warp-uniform; per-lane updates are selects and predicated stores.
+// Every warp operation takes the full mask: reductions over a group's lanes alone (a partial
+// mask per group) gave the same plans but made a pass about twenty times slower on H200.
+// kSteps >= ceil(log2 P) is the room scan's depth, a constant so that the pass loop holds no
+// test of it (steps past P add nothing to the lanes below P).
+template <int kSteps>
 __device__ __forceinline__ int place_lanes(const State& st, const PlanParams& p, int T, int lane) {
   const int P = st.P;
   const int S = st.S;
@@ -123,6 +119,8 @@ __device__ __forceinline__ int place_lanes(const State& st, const PlanParams& p,
   // NOTE: alive == !frozen && sent < S && cursor < C of place_ranks (see its NOTE: a rank that
   // would be frozen at once is left out of the owner choice).
   bool alive = is_rank && C > 0 && S > 0;
+  LaneGroup lg;
+  lg.make(st, water, lane);
   LaneLevels ll;
   ll.make(P, st.num_levels, water, lane);
   const int finest = st.num_levels - 1;
@@ -137,22 +135,22 @@ __device__ __forceinline__ int place_lanes(const State& st, const PlanParams& p,
     const unsigned mine =
         alive && load > water ? static_cast<unsigned>(load) << 7 | (127u - lane) : 0u;
     const unsigned key = __reduce_max_sync(PlanConfig::kFullMask, mine);
-    // Each level's group sums of (room << 7 | no free helper slot): Σ room <= P * water < 2^25
-    // and at most P <= 32 flags, so the packed sum fits 32 bits. own[l]: the key of the lane's
-    // group at level l (room << 7 | tie, 0 when a member has no free slot or there is no room).
+    // Room of the lane's group (LaneGroup: lane = 2^level - 1 + group; independent of the
+    // owner, so beside its reduction): inclusive prefix of (room << 7 | no free helper slot) over
+    // ranks, at the group's ends. key: room << 7 | 127 - group, 0 without room.
     const bool cold = is_rank && load < water;
-    const unsigned packed =
-        (cold ? static_cast<unsigned>(water - load) << 7 : 0u) | (is_rank && recv >= S ? 1u : 0u);
-    unsigned own[kLaneLevels];
-    unsigned best[kLaneLevels];
+    const unsigned packed[1] = {warp_inclusive_scan(
+        (cold ? static_cast<unsigned>(water - load) << 7 : 0u) | (is_rank && recv >= S ? 1u : 0u),
+        lane, 1 << kSteps)};
+    const unsigned room = lg.room<1>(packed);
+    const unsigned group_key = room > 0 ? room << 7 | (lg.tag & 127u) : 0u;
+    const unsigned group_level = lg.tag >> 7;
+    unsigned best[kLaneLevels];  // each level's best group
 #pragma unroll
     for (int l = 0; l < kLaneLevels; ++l) {
-      const unsigned sum = __reduce_add_sync(ll.mask[l], packed);
-      own[l] = ll.valid[l] && (sum & 127u) == 0 && sum >= 128u ? sum | ll.tie[l] : 0u;
+      best[l] = __reduce_max_sync(PlanConfig::kFullMask,
+                                  group_level == static_cast<unsigned>(l) ? group_key : 0u);
     }
-#pragma unroll
-    for (int l = 0; l < kLaneLevels; ++l)
-      best[l] = __reduce_max_sync(PlanConfig::kFullMask, own[l]);
     // The coldest-first fill inside the lane's finest group: the caps of the members colder than
     // the lane by (L, rank). The owner's cap is 0 without a test: its L is above the water.
     const unsigned order = static_cast<unsigned>(load) << 7 | static_cast<unsigned>(lane);
@@ -181,7 +179,10 @@ __device__ __forceinline__ int place_lanes(const State& st, const PlanParams& p,
     const int give = min(load_o - water, mass_o);
     if (owner_in_group) {  // the owner's own group at each level
 #pragma unroll
-      for (int l = 0; l < kLaneLevels; ++l) best[l] = __shfl_sync(PlanConfig::kFullMask, own[l], o);
+      for (int l = 0; l < kLaneLevels; ++l) {
+        const int group_lane = (1 << l) - 1 + o / max(1, P >> l);
+        best[l] = __shfl_sync(PlanConfig::kFullMask, group_key, group_lane);
+      }
     }
     const GroupChoice g = choose_level(best, ll, absorb, P, mass_o, give);
     const int moved = g.moved;
@@ -247,17 +248,20 @@ __device__ __forceinline__ int place_lanes(const State& st, const PlanParams& p,
 // (place_thread), one rank per lane where the aligned groups fit a warp (every P <= 32 at the
 // default g_min), place_ranks otherwise.
 //
-// NOTE: one inlined copy of the lane loop: after an L2 flush the kernel's code comes from HBM, so
-// every copy between stage 1 and the repair set-up costs its first fetch, and an out-of-line call
-// costs its arguments' trip through the stack. place_thread is used at P = 4 only: at P = 8 it
-// executes about twice the instructions per pass and lost to the lanes.
+// NOTE: two inlined copies of the lane loop (scan depths 3 and 5), not one per depth: after an L2
+// flush the kernel's code comes from HBM, so every copy between stage 1 and the repair set-up
+// costs its first fetch, and an out-of-line call costs its arguments' trip through the stack.
+// place_thread is used at P = 4 only: at P = 8 it executes about twice the instructions per pass
+// and lost to the lanes.
 __device__ __forceinline__ int place_halo_q(const State& st, const PlanParams& p, int T, int lane) {
   if (thread_placement_fits(st)) {
     int num_broadcasts = 0;
     if (lane == 0) num_broadcasts = place_thread<kThreadPlaceRanks>(st, p, T);
     return __shfl_sync(PlanConfig::kFullMask, num_broadcasts, 0);
   }
-  if (st.P <= 32 && (1 << st.num_levels) - 1 <= 32) return place_lanes(st, p, T, lane);
+  if (st.P <= 32 && (1 << st.num_levels) - 1 <= 32) {
+    return st.P <= 8 ? place_lanes<3>(st, p, T, lane) : place_lanes<5>(st, p, T, lane);
+  }
   return st.P <= 32 ? place_ranks<1>(st, p, T, T, false, lane)
                     : place_ranks<PlanConfig::kRankChunks>(st, p, T, T, false, lane);
 }
