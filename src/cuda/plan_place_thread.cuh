@@ -7,7 +7,7 @@
 // steps), the owner's fields are picked by the bits of its index, the group rooms are sums over
 // registers and the coldest-first fill compares every pair of members. The price is instructions:
 // ~310 per pass at P = 4 (about 2.5 cycles each), ~670 at P = 8, where it lost to the lanes
-// (H200, 2026-12-01: EP8 placement 4.77 against 4.03 us; EP4 1.60 -> 1.22-1.25 us). So P = 4 only.
+// (H200: EP8 placement 4.77 against 4.03 us; EP4 1.60 -> 1.22-1.25 us). So P = 4 only.
 // The decisions are those of place_lanes / place_ranks (same owner, group, quotas, ties, pass
 // budget and overflow checks); the GpuPlanner tests compare all of them against the CPU planner.
 #pragma once
