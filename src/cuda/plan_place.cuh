@@ -79,6 +79,22 @@ struct RankState {
   int cand[K];    // HALO-Q: the candidate under the cursor (-1 past the list)
   int mass[K];    // HALO-Q: its hist
   bool frozen[K];
+
+  // The state before the first pass: home loads, nothing sent or received, HALO-Q's first
+  // candidates; lanes past the ranks frozen.
+  __device__ __forceinline__ void init(const State& st, bool room_aware, int lane) {
+#pragma unroll
+    for (int k = 0; k < K; ++k) {
+      const int r = 32 * k + lane;
+      load[k] = r < st.P ? st.home_load[r] : 0;
+      recv[k] = 0;
+      sent[k] = 0;
+      cursor[k] = 0;
+      frozen[k] = r >= st.P;
+      cand[k] = !room_aware && r < st.P && st.C > 0 ? st.candidates[r * st.C] : -1;
+      mass[k] = 0;
+    }
+  }
 };
 
 struct GroupChoice {
@@ -379,6 +395,81 @@ __device__ GroupChoice choose_group_room_aware(const State& st, const GroupSums<
   return g;
 }
 
+// Room-aware placement's expert of owner o: the largest share left[] among its home experts not
+// spent, returned (0: none); best_v / best_i: the lane's own best (ties to the smaller id).
+__device__ __forceinline__ unsigned largest_share(const State& st, int o, int H, int lane,
+                                                  unsigned& best_v, int& best_i) {
+#pragma unroll 1
+  for (int i = lane; i < H; i += 32) {  // ascending i: a strict > keeps the lowest id
+    const int x = o * H + i;
+    const int left = st.left[x];
+    if (!st.spent[x] && left > 0 && static_cast<unsigned>(left) > best_v) {
+      best_v = static_cast<unsigned>(left), best_i = i;
+    }
+  }
+  return __reduce_max_sync(PlanConfig::kFullMask, best_v);
+}
+
+// Quotas of a place_ranks pass: members other than the owner, coldest first by (L, rank) before
+// this step, each take min(water - L, what is left of give): member m takes clamp(give - Σ caps
+// of the members colder than m, 0, its cap). With give >= room (full) every member takes its
+// cap. Otherwise each lane computes its own ranks' shares from every member's (L << 7 | rank)
+// (L < 2^25) and cap, the cap 0 for non-members.
+template <int K>
+__device__ __forceinline__ void fill_takes(const RankState<K>& rs, int P, int o, int water,
+                                           int give, int begin, int size, bool full, int lane,
+                                           int (&take)[K]) {
+  int cap[K];
+  unsigned order[K];
+#pragma unroll
+  for (int k = 0; k < K; ++k) {
+    const int r = 32 * k + lane;
+    const int l = rs.load[k];
+    const bool member = r >= begin && r < begin + size && r != o && l < water;
+    cap[k] = member ? water - l : 0;
+    order[k] = static_cast<unsigned>(l) << 7 | static_cast<unsigned>(r);
+  }
+  if (full) {
+#pragma unroll
+    for (int k = 0; k < K; ++k) take[k] = cap[k];
+    return;
+  }
+  int before[K];
+#pragma unroll
+  for (int k = 0; k < K; ++k) before[k] = 0;
+#pragma unroll 4
+  for (int j = 0; j < size; ++j) {
+    const int m2 = begin + j;
+    const unsigned order2 = rank_value<K>(order, m2);
+    const int cap2 = rank_value<K>(cap, m2);
+#pragma unroll
+    for (int k = 0; k < K; ++k) before[k] += order2 < order[k] ? cap2 : 0;
+  }
+#pragma unroll
+  for (int k = 0; k < K; ++k) take[k] = min(cap[k], max(0, give - before[k]));
+}
+
+// A place_ranks commit: the members' quotas (the owner's is owner_quota) at quota offset, every
+// member (the owner too) receives a helper slot and its take, the owner exports `moved`.
+template <int K>
+__device__ __forceinline__ void commit_ranks(const State& st, RankState<K>& rs,
+                                             const int (&take)[K], int o, int begin, int size,
+                                             int moved, int owner_quota, int offset, int lane) {
+#pragma unroll
+  for (int k = 0; k < K; ++k) {
+    const int r = 32 * k + lane;
+    if (r >= begin && r < begin + size) {
+      st.quota[offset + r - begin] = r == o ? owner_quota : take[k];
+      rs.recv[k] += 1;
+      rs.load[k] += take[k];
+    }
+    if (r == o) {
+      rs.sent[k] += 1;
+      rs.load[k] -= moved;
+    }
+  }
+}
+
 // Placement on warp 0; returns the number of broadcasts and leaves the final loads in st.load.
 // HALO-Q (room_aware = false, water = T): candidates fixed up front, a failed attempt freezes the
 // owner. Room-aware (water = W >= T): the home expert with the largest share left, a failed
@@ -397,17 +488,7 @@ __device__ __forceinline__ int place_ranks(const State& st, const PlanParams& p,
   const int C = st.C;
   const int H = st.H;
   RankState<K> rs;
-#pragma unroll
-  for (int k = 0; k < K; ++k) {
-    const int r = 32 * k + lane;
-    rs.load[k] = r < P ? st.home_load[r] : 0;
-    rs.recv[k] = 0;
-    rs.sent[k] = 0;
-    rs.cursor[k] = 0;
-    rs.frozen[k] = r >= P;
-    rs.cand[k] = !room_aware && r < P && C > 0 ? st.candidates[r * C] : -1;
-    rs.mass[k] = 0;
-  }
+  rs.init(st, room_aware, lane);
   // One group per lane for the HALO-Q group search when they fit a warp (see LaneGroup).
   const bool lane_groups = !room_aware && (1 << st.num_levels) - 1 <= 32;
   LaneGroup lg;
@@ -476,15 +557,7 @@ __device__ __forceinline__ int place_ranks(const State& st, const PlanParams& p,
       // Expert: the home expert with the largest share left, not spent; ties to the smaller id.
       unsigned best_v = 0;
       int best_i = H;
-#pragma unroll 1
-      for (int i = lane; i < H; i += 32) {  // ascending i: a strict > keeps the lowest id
-        const int x = o * H + i;
-        const int left = st.left[x];
-        if (!st.spent[x] && left > 0 && static_cast<unsigned>(left) > best_v) {
-          best_v = static_cast<unsigned>(left), best_i = i;
-        }
-      }
-      const unsigned share = __reduce_max_sync(PlanConfig::kFullMask, best_v);
+      const unsigned share = largest_share(st, o, H, lane, best_v, best_i);
       freeze = share == 0;
       if (!freeze) {
         expert = o * H + __reduce_min_sync(PlanConfig::kFullMask, best_v == share ? best_i : H);
@@ -520,43 +593,10 @@ __device__ __forceinline__ int place_ranks(const State& st, const PlanParams& p,
     }
     if (moved < p.min_move) continue;  // HALO-Q variant: skipped, not frozen (cursor advanced)
 
-    // Quotas: members other than the owner, coldest first by (L, rank) before this step, each
-    // take min(water - L, what is left of give): member m takes clamp(give - Σ caps of the
-    // members colder than m, 0, its cap). With give >= room every member takes its cap.
-    // Otherwise each lane computes its own ranks' shares from every member's (L << 7 | rank)
-    // (L < 2^25) and cap, the cap 0 for non-members.
     const int size = P >> g.level;
     const int begin = g.begin;
-    int cap[K];
-    unsigned order[K];
-#pragma unroll
-    for (int k = 0; k < K; ++k) {
-      const int r = 32 * k + lane;
-      const int l = rs.load[k];
-      const bool member = r >= begin && r < begin + size && r != o && l < water;
-      cap[k] = member ? water - l : 0;
-      order[k] = static_cast<unsigned>(l) << 7 | static_cast<unsigned>(r);
-    }
     int take[K];
-    if (g.full) {
-#pragma unroll
-      for (int k = 0; k < K; ++k) take[k] = cap[k];
-    } else {
-      int before[K];
-#pragma unroll
-      for (int k = 0; k < K; ++k) before[k] = 0;
-#pragma unroll 4
-      for (int j = 0; j < size; ++j) {
-        const int m2 = begin + j;
-        const unsigned order2 = rank_value<K>(order, m2);
-        const int cap2 = rank_value<K>(cap, m2);
-#pragma unroll
-        for (int k = 0; k < K; ++k) before[k] += order2 < order[k] ? cap2 : 0;
-      }
-#pragma unroll
-      for (int k = 0; k < K; ++k) take[k] = min(cap[k], max(0, give - before[k]));
-    }
-
+    fill_takes<K>(rs, P, o, water, give, begin, size, g.full, lane, take);
     const bool owner_in = o >= begin && o < begin + size;
     const int entries = size + (owner_in ? 0 : 1);
     if (plan_overflows(st, num_broadcasts, quota_used, entries, lane)) break;
@@ -564,19 +604,7 @@ __device__ __forceinline__ int place_ranks(const State& st, const PlanParams& p,
     // this broadcast; an earlier one of the expert keeps 0 for it.
     const int owner_quota = mass - moved;
     const int offset = quota_used;
-#pragma unroll
-    for (int k = 0; k < K; ++k) {
-      const int r = 32 * k + lane;
-      if (r >= begin && r < begin + size) {
-        st.quota[offset + r - begin] = r == o ? owner_quota : take[k];
-        rs.recv[k] += 1;
-        rs.load[k] += take[k];
-      }
-      if (r == o) {
-        rs.sent[k] += 1;
-        rs.load[k] -= moved;
-      }
-    }
+    commit_ranks<K>(st, rs, take, o, begin, size, moved, owner_quota, offset, lane);
     // Room-aware: every lane has read left[] and expert_broadcast[] this pass before lane 0
     // rewrites them (write after read).
     if (room_aware) __syncwarp();

@@ -2,7 +2,7 @@
 // the placement of plan_place.cuh (docs/design.md §4.2) with one rank per lane and one aligned
 // group per lane, written for the length of a pass.
 //
-// NOTE: a pass is one dependent chain on one warp. ncu (H200, 2026-12-01) counted 283-291 warp
+// NOTE: a pass is one dependent chain on one warp. ncu on H200 counted 283-291 warp
 // instructions per pass of the general place_ranks<1> at EP8-32, 0.85 us per broadcast, half of
 // its stall samples "wait" (fixed-latency dependencies) spread over the whole pass, and a quarter
 // of its instructions control flow: reconvergence (BSSY/BSYNC) around every per-lane `if`, the
@@ -16,7 +16,12 @@
 //     (choose_group_lane, which place_ranks shares);
 //   - reads the members' words (L << 7 | rank) for the coldest-first fill from shared memory,
 //     four per 16-byte load (a member's cap and order follow from its word).
-// Placement at EP4 / 8 / 16 / 32: 1.92 / 5.09 / 9.73 / 18.75 -> 1.60 / 3.94 / 7.65 / 14.11 us.
+// NOTE: the pass is bound by the instructions it executes more than by its chain of warp
+// operations: computing every level's best group (one reduce-max per level) and each rank's fill
+// position (shuffles) beside the owner's reduction, so that only selects followed it, made the
+// placement 10-20% slower at EP8-32 (same plans). Reductions over each group's lanes with a
+// partial mask per group (instead of the prefix) gave the same plans and passes about twenty
+// times slower.
 // The decisions are those of place_ranks (same owner, group, quotas, ties, pass budget and
 // overflow checks); the GpuPlanner tests compare both against the CPU planner.
 #pragma once
@@ -162,10 +167,10 @@ __device__ __forceinline__ int place_lanes(const State& st, const PlanParams& p,
 // NOTE: two copies of the lane loop, not one per scan depth: after an L2 flush the kernel's code
 // comes from HBM, and five inlined copies between stage 1 and the repair set-up cost the set-up
 // +0.55 us (EP8-32), more than a fifth scan step costs EP16 (+0.13 us); an out-of-line call cost
-// +0.95 us (its arguments go through the stack). Measured on H200, 2026-12-01.
+// +0.95 us (its arguments go through the stack). Measured on H200.
 // NOTE: place_thread<8> was slower than place_lanes<3> at EP8 (placement 4.77 against 4.03 us:
 // ~670 instructions per pass, twice the count of P = 4) and is not used; place_thread<4> took
-// EP4's placement from 1.60 to 1.22-1.25 us (H200, 2026-12-01).
+// EP4's placement from 1.60 to 1.22-1.25 us (H200).
 __device__ __forceinline__ int place_halo_q(const State& st, const PlanParams& p, int T, int lane) {
   if (thread_placement_fits(st)) {
     int num_broadcasts = 0;

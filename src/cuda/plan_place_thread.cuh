@@ -7,7 +7,7 @@
 // steps), the owner's fields are picked by the bits of its index, the group rooms are sums over
 // registers and the coldest-first fill compares every pair of members. The price is instructions:
 // ~310 per pass at P = 4 (about 2.5 cycles each), ~670 at P = 8, where it lost to the lanes
-// (H200, 2026-12-01: EP8 placement 4.77 against 4.03 us; EP4 1.60 -> 1.22-1.25 us). So P = 4 only.
+// (H200: EP8 placement 4.77 against 4.03 us; EP4 1.60 -> 1.22-1.25 us). So P = 4 only.
 // The decisions are those of place_lanes / place_ranks (same owner, group, quotas, ties, pass
 // budget and overflow checks); the GpuPlanner tests compare all of them against the CPU planner.
 #pragma once
@@ -46,6 +46,25 @@ __device__ __forceinline__ T tree_reduce(const T (&v)[R], Op op, int depth = 0) 
 template <int R, typename T>
 __device__ __forceinline__ T pick(const T (&v)[R], int o) {
   return tree_reduce<R>(v, [o](T x, T y, int depth) { return ((o >> depth) & 1) != 0 ? y : x; });
+}
+
+// The coldest-first fill on one thread: take[r] (each member's cap, 0 for the others) becomes
+// min(cap, what is left of give after the members colder by (L, rank)).
+template <int P>
+__device__ __forceinline__ void fill_coldest_first(const int (&load)[P], int give, int (&take)[P]) {
+  unsigned order[P];
+#pragma unroll
+  for (int r = 0; r < P; ++r) order[r] = static_cast<unsigned>(load[r]) << 3 | r;
+  int fill[P];
+#pragma unroll
+  for (int r = 0; r < P; ++r) {
+    int before = 0;
+#pragma unroll
+    for (int j = 0; j < P; ++j) before += j != r && order[j] < order[r] ? take[j] : 0;
+    fill[r] = min(take[r], max(0, give - before));
+  }
+#pragma unroll
+  for (int r = 0; r < P; ++r) take[r] = fill[r];
 }
 
 // HALO-Q placement (reference and the absorb / owner_in_group / min_move variants) on the
@@ -175,21 +194,7 @@ __device__ __forceinline__ int place_thread(const State& st, const PlanParams& p
     int take[P];
 #pragma unroll
     for (int r = 0; r < P; ++r) take[r] = has(members, r) ? cap[r] : 0;  // the owner's cap is 0
-    if (give < room) {
-      unsigned order[P];
-#pragma unroll
-      for (int r = 0; r < P; ++r) order[r] = static_cast<unsigned>(load[r]) << 3 | r;
-      int fill[P];
-#pragma unroll
-      for (int r = 0; r < P; ++r) {
-        int before = 0;
-#pragma unroll
-        for (int j = 0; j < P; ++j) before += j != r && order[j] < order[r] ? take[j] : 0;
-        fill[r] = min(take[r], max(0, give - before));
-      }
-#pragma unroll
-      for (int r = 0; r < P; ++r) take[r] = fill[r];
-    }
+    if (give < room) fill_coldest_first<P>(load, give, take);
     const bool owner_in = has(members, o);
     const int entries = size + (owner_in ? 0 : 1);
     if (plan_overflows(st, num_broadcasts, quota_used, entries, 0)) break;

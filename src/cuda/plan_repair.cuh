@@ -291,7 +291,7 @@ __device__ __forceinline__ void repair_by_phases(const State& st, int B, int sid
 // ring positions every value is back at its rank's position.
 // NOTE: 6, not 8: with 8 seats a phase took 0.42 us against 0.29 with 4 and 0.37 with 6, and the
 // repair at EP8 5.89 us against 4.77 for the scheduled one (pair lists, levels, trades); at EP6
-// 3.71 against 4.61 by phases, at EP4 1.73 against 2.69 (H200, 2026-12-01).
+// 3.71 against 4.61 by phases, at EP4 1.73 against 2.69 (H200).
 inline constexpr int kRegisterRepairMaxRanks = 6;
 
 template <int kSeats>
@@ -418,7 +418,7 @@ __device__ __forceinline__ void repair_seats(const SeatView& st, int B, int lane
 // P <= kRegisterRepairMaxRanks and B <= 32: the circle method's seats (P, or P + 1 for odd P).
 // NOTE: out of line, with the arrays as plain arguments (no State: see RepairView's NOTE):
 // inlined, its three instantiations moved the code after them, and the scheduled trades at
-// EP8-32, which never run this, took 0.45-0.75 us longer (code placement, H200, 2026-12-01).
+// EP8-32, which never run this, took 0.45-0.75 us longer (code placement, H200).
 inline __device__ __noinline__ void repair_registers(const int32_t* order, const int32_t* b_begin,
                                                      const int32_t* b_size, const int32_t* b_owner,
                                                      const int32_t* b_quota_offset, int2* entry,
@@ -453,11 +453,11 @@ __device__ __forceinline__ void circle_pair(int rot, int w, int seats, int& a, i
 // Up to this P the trades run phase by phase (the rotations with a listed pair) without levels:
 // the level pass costs a step per such phase too (0.05-0.1 us on H200), so levels pay only where
 // they are far fewer than the phases (EP8: 12 phases, 10 levels; EP64: 85 phases, 12 levels).
-// Measured on 2026-12-01 with the pipelined level pass (levels + trades, µs, levels from P = 8
+// Measured with the pipelined level pass (levels + trades, µs, levels from P = 8
 // against this split): EP8 1.63 + 2.66 against 0.38 + 3.42, EP16 2.53 + 3.65 against 0.42 +
 // 5.79; planner EP8 19.87 / 20.29 against 19.26 / 19.10, EP16 26.91 / 27.42 against 26.82 /
 // 26.91 (two rounds each). With the node level pass (plan_repair_schedule.cuh) from P = 8, EP16
-// took levels 3.23 + trades 3.36 us against 0.48 + 4.58 by phases (2026-12-01): still phases.
+// took levels 3.23 + trades 3.36 us against 0.48 + 4.58 by phases: still phases.
 inline constexpr int kPhaseStepMaxRanks = 24;
 static_assert(kPhaseStepMaxRanks <= 64, "the phase path gives each lane one pair slot");
 

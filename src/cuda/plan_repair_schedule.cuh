@@ -12,7 +12,7 @@
 //             level changes, a barrier per iteration: one per level of the deepest chain, plus
 //             one;
 //   rotations (otherwise) walks the rotations with a listed pair one by one, both rounds.
-// On the bench inputs (H200, 2026-12-01) the rotation walk took 4.4 us at EP32 (~47 rotations)
+// On the bench inputs (H200) the rotation walk took 4.4 us at EP32 (~47 rotations)
 // and 9.2 us at EP64 (~85) for chains 10-15 deep.
 // NOTE: why the node pass gives the rotation walk's levels: a predecessor is an earlier node
 // (earlier rotation of the same round, or round 1 from round 2), so the levels of the DAG's
@@ -132,7 +132,7 @@ __device__ __forceinline__ int last_listed_below(const uint32_t* bits, int rot) 
 // caller's barrier publishes them. Only the warps that own nodes iterate (named barrier 3).
 // NOTE: one node pair per thread keeps the code short: after the L2 flush every instruction
 // line comes from HBM the first time, and a one-warp version (eight unrolled node slots per lane)
-// took 7.1 us at EP32 against 2.4 us for this one (H200, 2026-12-01).
+// took 7.1 us at EP32 against 2.4 us for this one (H200).
 __device__ __forceinline__ void level_pass_parallel(const State& st, int t, int num_threads) {
   const int P = st.P;
   const int ring_size = P + (P & 1) - 1;
