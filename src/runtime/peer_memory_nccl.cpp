@@ -2,6 +2,8 @@
 // ncclCommWindowRegister (NCCL_WIN_COLL_SYMMETRIC), and every rank's pointer is NCCL's LSA
 // pointer of that window. One code path from one node to a multi-node NVLink domain (NVL72),
 // where CUDA IPC handles do not reach. The multicast query lives here too: only NCCL knows.
+#include <cstdint>
+
 #include <cuda_runtime.h>
 #include <nccl.h>
 
@@ -25,6 +27,16 @@ std::string nccl_version_string() {
 
 #if ISER_NCCL_WINDOWS
 
+// Device memory as CUDA sees it (never faults: a pointer CUDA does not know is host memory).
+bool is_device_memory(const void* ptr) {
+  cudaPointerAttributes attributes{};
+  if (cudaPointerGetAttributes(&attributes, ptr) != cudaSuccess) {
+    (void)cudaGetLastError();  // not sticky: clear it
+    return false;
+  }
+  return attributes.type == cudaMemoryTypeDevice;
+}
+
 class NcclWindowMemory final : public PeerMemory {
  public:
   explicit NcclWindowMemory(ncclComm* comm) : PeerMemory(PeerMemoryMode::kNccl), comm_(comm) {}
@@ -44,9 +56,17 @@ class NcclWindowMemory final : public PeerMemory {
     ISER_CUDA_CHECK(cudaDeviceSynchronize());
   }
 
-  void register_window(int num_ranks) {
+  void register_window(int num_ranks, int rank) {
     ISER_NCCL_CHECK(ncclCommWindowRegister(comm_, local_, static_cast<size_t>(bytes_), &window_,
                                            NCCL_WIN_COLL_SYMMETRIC));
+    // NOTE: where the communicator has no symmetric-memory support, NCCL 2.28 succeeds but
+    // returns its local registration handle (host memory) instead of a device window; a kernel
+    // reading it faults and poisons the context for good. Only device memory is a window
+    // (ncclCommQueryProperties, from NCCL 2.29, would tell up front).
+    ISER_CHECK(is_device_memory(window_),
+               "NCCL returned a local registration, not a symmetric window (this communicator "
+               "has no symmetric memory support: CUDA P2P between all ranks, NCCL_CUMEM_ENABLE, "
+               "NCCL_WIN_ENABLE)");
     char** device = nullptr;
     ISER_CUDA_CHECK(cudaMalloc(&device, sizeof(char*) * num_ranks));
     cudaError_t err = cuda::launch_lsa_peer_bases(window_, num_ranks, device, nullptr);
@@ -58,8 +78,22 @@ class NcclWindowMemory final : public PeerMemory {
     cudaFree(device);
     ISER_CUDA_CHECK(err);
     for (int r = 0; r < num_ranks; ++r) {
-      ISER_CHECK(peers_[r] != nullptr, "NCCL window: no LSA pointer for rank {}", r);
+      ISER_CHECK(is_device_memory(peers_[r]),
+                 "NCCL window: the LSA pointer of rank {} ({}) is not device memory", r,
+                 static_cast<const void*>(peers_[r]));
     }
+    // This rank's LSA pointer must reach this rank's region: a word written through the local
+    // pointer is read back through it. Nothing else touches the region before set-up ends.
+    const uint64_t cookie = 0x6973657277696e64ull ^ static_cast<uint64_t>(rank);
+    uint64_t seen = 0;
+    ISER_CUDA_CHECK(cudaMemcpy(local_, &cookie, sizeof(cookie), cudaMemcpyHostToDevice));
+    ISER_CUDA_CHECK(cudaMemcpy(&seen, peers_[rank], sizeof(seen), cudaMemcpyDeviceToHost));
+    ISER_CUDA_CHECK(cudaMemset(local_, 0, sizeof(cookie)));
+    ISER_CUDA_CHECK(cudaDeviceSynchronize());
+    ISER_CHECK(seen == cookie,
+               "NCCL window: rank {}'s LSA pointer does not reach its own region (read {:#x}, "
+               "wrote {:#x})",
+               rank, seen, cookie);
   }
 
  private:
@@ -118,9 +152,11 @@ bool nccl_window_register(PeerMemory& memory, ncclComm* comm, std::string* why) 
   auto* window = dynamic_cast<NcclWindowMemory*>(&memory);
   ISER_CHECK(window != nullptr, "NCCL window: peer memory of mode '{}'", to_string(memory.mode()));
   int num_ranks = 0;
+  int rank = 0;
   ISER_NCCL_CHECK(ncclCommCount(comm, &num_ranks));
+  ISER_NCCL_CHECK(ncclCommUserRank(comm, &rank));
   try {
-    window->register_window(num_ranks);
+    window->register_window(num_ranks, rank);
   } catch (const Error& e) {
     *why = fmt::format("window registration: {}", e.what());
     return false;

@@ -64,6 +64,13 @@ bool contains(const std::string& text, const std::string& part) {
   return text.find(part) != std::string::npos;
 }
 
+// The NCCL path's tests need NCCL to grant a symmetric window to a 1-rank communicator; where it
+// does not (auto fell back to IPC), they skip with auto's reason.
+#define ISER_REQUIRE_NCCL_WINDOW(rt)                                                  \
+  do {                                                                                \
+    if ((rt).peer_memory() != PeerMemoryMode::kNccl) GTEST_SKIP() << (rt).describe(); \
+  } while (0)
+
 // The set-up every NCCL-path test checks: the mode, the report line, and the region reached
 // through NCCL's LSA pointer is the region this process allocated (written through one, read
 // through the other).
@@ -86,9 +93,9 @@ TEST(NcclPeerMemory, OneRankWindowRunsCountsAndThousandGenerations) {
   ISER_REQUIRE_GPUS(1);
   const ScopedEnv env("ISER_PEER_MEMORY", nullptr);
   Communicator comm = one_rank_communicator();
-  RuntimeConfig c = one_rank_config();
-  c.peer_memory = PeerMemoryMode::kNccl;
+  const RuntimeConfig c = one_rank_config();
   Runtime rt(c, comm);
+  ISER_REQUIRE_NCCL_WINDOW(rt);
   expect_nccl_window(rt);
   fill_homes(rt);
   // Owner 0 is the only member: each op copies a home bundle into one of its own helper slots,
@@ -154,12 +161,12 @@ TEST(NcclPeerMemory, OneRankWindowRunsCountsAndThousandGenerations) {
 // is released the next generation replicates normally.
 TEST(NcclPeerMemory, OneRankStalledCopyFallsBackHome) {
   ISER_REQUIRE_GPUS(1);
-  const ScopedEnv env("ISER_PEER_MEMORY", "nccl");
+  const ScopedEnv env("ISER_PEER_MEMORY", nullptr);
   Communicator comm = one_rank_communicator();
   RuntimeConfig c = one_rank_config();
   c.timeout_us = 200'000;
   Runtime rt(c, comm);
-  ASSERT_EQ(rt.peer_memory(), PeerMemoryMode::kNccl) << rt.describe();
+  ISER_REQUIRE_NCCL_WINDOW(rt);
   fill_homes(rt);
   poison_helpers(rt);
   const int h = c.experts_per_rank();
@@ -216,6 +223,29 @@ TEST(NcclPeerMemory, OneRankStalledCopyFallsBackHome) {
   cudaStreamDestroy(main_stream);
   cudaStreamDestroy(stalled);
   cudaFreeHost(host_flag);
+}
+
+// nccl asked for: granted, or refused with the reason on this rank, and the process stays usable
+// (no kernel ever read a handle that is not a window).
+TEST(NcclPeerMemory, NcclAskedIsGrantedOrRefusedCleanly) {
+  ISER_REQUIRE_GPUS(1);
+  const ScopedEnv env("ISER_PEER_MEMORY", "nccl");
+  Communicator comm = one_rank_communicator();
+  try {
+    Runtime rt(one_rank_config(), comm);
+    expect_nccl_window(rt);
+  } catch (const Error& e) {
+    EXPECT_TRUE(contains(e.what(),
+                         "peer memory 'nccl' asked for, but rank 0 cannot use an NCCL "
+                         "window: "))
+        << e.what();
+    std::printf("[ refused  ] %s\n", e.what());
+  }
+  ISER_EXPECT_CUDA(cudaDeviceSynchronize());
+  ISER_EXPECT_CUDA(cudaGetLastError());
+  const ScopedEnv ipc("ISER_PEER_MEMORY", "ipc");
+  Runtime after(one_rank_config(), comm);
+  EXPECT_EQ(after.peer_memory(), PeerMemoryMode::kIpc);
 }
 
 TEST(NcclPeerMemory, EnvironmentSelectsIpcFallback) {
