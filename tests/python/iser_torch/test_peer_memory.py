@@ -52,3 +52,12 @@ def test_peer_memory_report_over_the_group(iser_torch, one_rank_group, monkeypat
 def test_bad_peer_memory_is_refused(iser_torch, one_rank_group):
     with pytest.raises(RuntimeError, match="peer memory: unknown value 'nvshmem'"):
         iser_torch.peer_memory_report(one_rank_group, peer_memory="nvshmem")
+
+
+def test_logical_balancer_reports_local_memory(iser_torch):
+    weights = [torch.zeros(8, 64, device="cuda")]
+    bal = iser_torch.SlotBalancer(8, 2, weights, max_tokens=8, top_k=2, logical=2)
+    assert bal.describe().startswith("peer memory: local (2 logical ranks in one allocation"), (
+        bal.describe()
+    )
+    assert "; multicast unavailable: " in bal.describe()
