@@ -122,6 +122,8 @@ struct World {
   std::unique_ptr<iser::Communicator> comm;
   cudaStream_t stream = nullptr;
   double* scratch = nullptr;
+  iser::PeerMemoryMode peer_memory = iser::PeerMemoryMode::kAuto;  // -M, per pass
+  bool report_peer_memory = false;  // print the next runtime's peer memory (rank 0)
 };
 
 double reduce_over_ranks(World& w, double v, ncclRedOp_t op) {
@@ -233,7 +235,10 @@ std::unique_ptr<Runtime> make_runtime(World& w, int64_t bytes, int num_bundles, 
   c.bundle = {bytes, 0};
   c.num_banks = num_banks;
   c.timeout_us = 10'000'000;
+  c.peer_memory = w.peer_memory;
   auto rt = std::make_unique<Runtime>(c, *w.comm);
+  if (w.report_peer_memory && w.rank == 0) std::printf("# %s\n", rt->describe().c_str());
+  w.report_peer_memory = false;
   for (int h = 0; h < num_bundles; ++h) fill(rt->home_bundle(0, 0, h), bytes, 1000 * w.rank + h);
   BENCH_CUDA(cudaDeviceSynchronize());
   return rt;
@@ -488,6 +493,7 @@ void run_latency(World& w, const Options& o) {
     c.num_experts = 256;
     c.num_slots = 2;
     c.bundle = {8192, 0};
+    c.peer_memory = w.peer_memory;  // the last -M pass's
     Runtime rt(c, *w.comm);
     int32_t* rows = nullptr;
     int32_t* matrix = nullptr;
@@ -632,16 +638,23 @@ int run_rank(const Options& o, int rank, int size, const std::string& id_file) {
   }
   std::vector<NcclVariant> variants;
   if (has(o.transports, "nccl")) variants = make_nccl_variants(w);
-  if (has(o.sections, "bundles")) {
-    for (int nb : o.bundle_counts) {
-      run_runtime_transports(w, o, "bundles", kPaperBundle, nb);
-      if (!variants.empty()) run_nccl(w, o, variants, "bundles", kPaperBundle, nb);
+  for (const std::string& memory : o.peer_memories) {
+    // One pass of the runtime rows per peer memory (NCCL's own broadcast once, in the first).
+    w.peer_memory = iser::peer_memory_from_string(memory);
+    w.report_peer_memory = true;
+    const bool first = memory == o.peer_memories.front();
+    const std::string tag = o.peer_memories.size() > 1 ? "@" + memory : "";
+    if (has(o.sections, "bundles")) {
+      for (int nb : o.bundle_counts) {
+        run_runtime_transports(w, o, "bundles" + tag, kPaperBundle, nb);
+        if (first && !variants.empty()) run_nccl(w, o, variants, "bundles", kPaperBundle, nb);
+      }
     }
-  }
-  if (has(o.sections, "sweep")) {
-    for (int64_t bytes = o.min_bytes; bytes <= o.max_bytes; bytes *= o.factor) {
-      run_runtime_transports(w, o, "sweep", bytes, 1);
-      if (!variants.empty()) run_nccl(w, o, variants, "sweep", bytes, 1);
+    if (has(o.sections, "sweep")) {
+      for (int64_t bytes = o.min_bytes; bytes <= o.max_bytes; bytes *= o.factor) {
+        run_runtime_transports(w, o, "sweep" + tag, bytes, 1);
+        if (first && !variants.empty()) run_nccl(w, o, variants, "sweep", bytes, 1);
+      }
     }
   }
   if (has(o.sections, "latency")) run_latency(w, o);

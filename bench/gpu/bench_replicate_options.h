@@ -12,7 +12,9 @@
 // kMeasuredHostShare), -L host-lane CTAs per GPU of p2p-sami-host (comma list; default
 // kDefaultHostSms; they run beside the -s copy CTAs and the sms column counts both), -K host-lane
 // paths of p2p-sami-host (comma list of bulk, registers; default bulk; registers rows are tagged
-// "/reg"; bulk takes effect with bulk copy shapes only).
+// "/reg"; bulk takes effect with bulk copy shapes only), -M peer memories of the runtime
+// transports (comma list of auto, nccl, ipc; default auto; with more than one, every runtime row
+// runs once per peer memory, its section tagged "@nccl" / "@ipc", side by side in one run).
 #pragma once
 
 #include <algorithm>
@@ -46,6 +48,7 @@ struct Options {
   std::vector<double> host_shares = {iser::kMeasuredHostShare};
   std::vector<int> host_sms = {iser::kDefaultHostSms};
   std::vector<std::string> host_paths = {"bulk"};
+  std::vector<std::string> peer_memories = {"auto"};
 };
 
 struct Shape {
@@ -141,6 +144,8 @@ Options parse(int argc, char** argv) {
       for (const auto& s : split(value)) o.host_sms.push_back(std::atoi(s.c_str()));
     } else if (flag == "-K") {
       o.host_paths = split(value);
+    } else if (flag == "-M") {
+      o.peer_memories = split(value);
     } else if (flag == "-s") {
       o.sms.clear();
       for (const auto& s : split(value)) o.sms.push_back(std::atoi(s.c_str()));
@@ -175,6 +180,12 @@ Options parse(int argc, char** argv) {
   for (const std::string& path : o.host_paths) {
     if (path != "bulk" && path != "registers") {
       std::fprintf(stderr, "-K %s: host-lane paths are bulk and registers\n", path.c_str());
+      std::exit(1);
+    }
+  }
+  for (const std::string& m : o.peer_memories) {
+    if (m != "auto" && m != "nccl" && m != "ipc") {
+      std::fprintf(stderr, "-M %s: peer memories are auto, nccl and ipc\n", m.c_str());
       std::exit(1);
     }
   }

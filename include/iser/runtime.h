@@ -70,7 +70,8 @@ enum class Transport : uint8_t {
   kP2PDirect = 0,     // writer(s) store every slice to every member (SAMI ops keep SAMI slicing)
   kP2PSami = 1,       // every op uses SAMI slicing: member i moves slices j = i (mod g)
   kCopyEngine = 2,    // cudaMemcpyAsync from the owner to every member (needs a host copy list)
-  kMulticast = 3,     // multimem stores to a multicast object (refused where NCCL_NVLS_ENABLE=0)
+  kMulticast = 3,     // multimem stores through NCCL's multimem pointers; refused unless
+                      // Runtime::multicast_available() (never where NCCL_NVLS_ENABLE=0)
   kPlan = 4,          // as the plan says: owner-direct ops direct, SAMI ops SAMI (the default)
   kP2PSamiOwner = 5,  // owner-assisted SAMI: every op SAMI, and an owner outside its group of g
                       // joins the members as writer g of g + 1 (slices j = g (mod g + 1)): the
@@ -91,6 +92,16 @@ enum class CopyPath : uint8_t {
   kRegisters = 1,  // each warp loads a slice into registers and stores it to every member
 };
 std::string_view to_string(CopyPath path);
+
+// How a rank reaches its peers' symmetric regions (docs/runtime.md, "Peer memory").
+enum class PeerMemoryMode : uint8_t {
+  kAuto = 0,   // request only: ISER_PEER_MEMORY when set, else nccl where every rank can, else ipc
+  kNccl = 1,   // NCCL symmetric window (ncclMemAlloc + ncclCommWindowRegister), LSA peer pointers
+  kIpc = 2,    // cudaMalloc + CUDA IPC handles (one node; NCCL older than 2.28)
+  kLocal = 3,  // logical ranks: one allocation on the current GPU (not a request)
+};
+std::string_view to_string(PeerMemoryMode mode);
+PeerMemoryMode peer_memory_from_string(std::string_view name);  // "auto", "nccl", "ipc"
 
 struct RuntimeConfig {
   int num_ranks = 0;    // P
@@ -114,6 +125,12 @@ struct RuntimeConfig {
   // shared-memory stages (TMA bulk copies; with the bulk copy path only, else registers);
   // kRegisters copies them through registers, 4 KiB at a time.
   CopyPath host_path = CopyPath::kBulk;
+  // Peer memory (one process per GPU): kAuto, kNccl (refused at set-up where a rank cannot
+  // register the window) or kIpc; every rank must ask for the same. Logical mode ignores it.
+  PeerMemoryMode peer_memory = PeerMemoryMode::kAuto;
+  // Opt-in to the multicast transport; it is used only where NCCL reports multimem support
+  // (Runtime::describe() says why not otherwise). iser never creates a multicast object itself.
+  bool multicast = false;
 
   int experts_per_rank() const { return num_experts / num_ranks; }
   void validate() const;  // throws iser::Error naming the field and value
@@ -189,6 +206,9 @@ class Communicator {
                                           int timeout_ms = 60'000);
   // The unique id as hex (new_unique_id_hex()) in environment variable `var`.
   static Communicator from_env(int rank, int num_ranks, const char* var = "ISER_NCCL_UNIQUE_ID");
+  // The unique id as hex, handed over by the caller (e.g. broadcast through a torch.distributed
+  // group: python/iser/torch/distributed.py).
+  static Communicator from_unique_id_hex(std::string_view hex, int rank, int num_ranks);
   static std::string new_unique_id_hex();
   // Borrow: the caller keeps ownership and destroys it after the runtime.
   static Communicator borrow(ncclComm* comm);
@@ -212,6 +232,9 @@ class Communicator {
 };
 
 class HostStaging;  // src/runtime/host_staging.h
+namespace runtime {
+class PeerMemory;  // src/runtime/peer_memory.h
+}
 
 class Runtime {
  public:
@@ -323,6 +346,13 @@ class Runtime {
   // left alone (the kernel keeps those consistent itself).
   void clear_status(StreamHandle stream = nullptr);
 
+  // How peers' regions are mapped (kNccl, kIpc, or kLocal in logical mode) and, in words, why,
+  // and why multicast is or is not available: "peer memory: nccl (...); multicast unavailable:
+  // <reason>". The same line on every rank (the choice is collective).
+  PeerMemoryMode peer_memory() const;
+  const std::string& describe() const { return description_; }
+  bool multicast_available() const { return multicast_available_; }
+
   // Bytes of one rank's symmetric region (layout identical on every rank; docs/runtime.md).
   int64_t region_bytes() const { return region_bytes_; }
   // Base of global rank r's region as mapped in this process (logical: one allocation).
@@ -332,6 +362,8 @@ class Runtime {
   explicit Runtime(const RuntimeConfig& config);
   void allocate(int num_local);
   void map_peers();
+  void describe_peer_memory(PeerMemoryMode mode, const std::string& reason,
+                            const std::string& multicast_reason);
   void map_staging();
   void check_local(int local_idx) const;
   void release() noexcept;
@@ -343,9 +375,12 @@ class Runtime {
   int first_rank_ = 0;
   int num_local_ranks_ = 0;
   int64_t region_bytes_ = 0;
-  char* local_base_ = nullptr;            // this process's allocation (num_local regions)
-  std::vector<char*> peer_bases_;         // [P] as mapped here
-  std::vector<char*> opened_handles_;     // IPC mappings to close
+  char* local_base_ = nullptr;     // this process's region(s) (num_local regions)
+  std::vector<char*> peer_bases_;  // [P] as mapped here
+  std::unique_ptr<runtime::PeerMemory> peer_memory_;  // one process per GPU: owns local_base_
+  std::string description_;                           // describe()
+  std::string multicast_reason_;  // why multicast is unavailable ("" = available)
+  bool multicast_available_ = false;
   void* device_peer_bases_ = nullptr;     // [P] char* on the device
   void* device_scratch_ = nullptr;        // per local rank: status, grid counters
   void* device_ce_ops_ = nullptr;         // copy-engine transport: staged copy list

@@ -6,7 +6,6 @@
 #include <torch/custom_class.h>
 #include <torch/library.h>
 
-#include <cstdlib>
 #include <functional>
 #include <memory>
 #include <string>
@@ -41,11 +40,8 @@ class TorchSlotBalancer : public torch::CustomClassHolder {
     if (rank < 0) {
       balancer_ = SlotBalancer::logical(c);
     } else {
-      const char* var = "ISER_NCCL_UNIQUE_ID";
-      setenv(var, unique_id.c_str(), 1);
-      comm_ = std::make_unique<Communicator>(
-          Communicator::from_env(static_cast<int>(rank), static_cast<int>(num_ranks), var));
-      unsetenv(var);
+      comm_ = std::make_unique<Communicator>(Communicator::from_unique_id_hex(
+          unique_id, static_cast<int>(rank), static_cast<int>(num_ranks)));
       balancer_ = std::make_unique<SlotBalancer>(c, *comm_);
     }
   }
@@ -57,6 +53,7 @@ class TorchSlotBalancer : public torch::CustomClassHolder {
   int64_t num_local_ranks() const { return balancer_->num_local_ranks(); }
   int64_t first_rank() const { return balancer_->first_rank(); }
   int64_t plan_words() const { return balancer_->plan_layout().total_words(); }
+  std::string describe() const { return balancer_->runtime().describe(); }
 
   // Field f of every local rank's H + S slots as bytes: [num_local, H + S, field_bytes[f]]. The
   // memory is the balancer's; the tensor holds a reference to it.
@@ -149,6 +146,24 @@ std::string nccl_unique_id() {
   return Communicator::new_unique_id_hex();
 }
 
+// Collective over the ranks that share `unique_id`: bootstraps a communicator, sets up a minimal
+// runtime (one expert and one helper slot of 4 KiB per rank) and returns Runtime::describe():
+// which peer memory iser chooses for these ranks, and why multicast is (un)available.
+std::string peer_memory_report(int64_t num_ranks, int64_t rank, std::string unique_id,
+                               std::string peer_memory, bool multicast) {
+  RuntimeConfig c;
+  c.num_ranks = static_cast<int>(num_ranks);
+  c.num_experts = static_cast<int>(num_ranks);
+  c.num_slots = 1;
+  c.bundle = {4096, 0};
+  c.peer_memory = peer_memory_from_string(peer_memory);
+  c.multicast = multicast;
+  Communicator comm = Communicator::from_unique_id_hex(unique_id, static_cast<int>(rank),
+                                                       static_cast<int>(num_ranks));
+  const Runtime rt(c, comm);
+  return rt.describe();
+}
+
 }  // namespace
 
 TORCH_LIBRARY_FRAGMENT(iser, m) {
@@ -158,6 +173,7 @@ TORCH_LIBRARY_FRAGMENT(iser, m) {
       .def("num_local_ranks", &TorchSlotBalancer::num_local_ranks)
       .def("first_rank", &TorchSlotBalancer::first_rank)
       .def("plan_words", &TorchSlotBalancer::plan_words)
+      .def("describe", &TorchSlotBalancer::describe)
       .def("field", &TorchSlotBalancer::field)
       .def("route", &TorchSlotBalancer::route)
       .def("replicate", &TorchSlotBalancer::replicate)
@@ -169,6 +185,10 @@ TORCH_LIBRARY_FRAGMENT(iser, m) {
       .def("counts", &TorchSlotBalancer::counts)
       .def("stats", &TorchSlotBalancer::stats);
   m.def("nccl_unique_id() -> str", &nccl_unique_id);
+  m.def(
+      "peer_memory_report(int num_ranks, int rank, str unique_id, str peer_memory, bool "
+      "multicast) -> str",
+      &peer_memory_report);
 }
 
 }  // namespace iser::torch_ops

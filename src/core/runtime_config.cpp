@@ -102,6 +102,10 @@ void RuntimeConfig::validate() const {
              "runtime config: host_share = {} not in [0, 1]", host_share);
   ISER_CHECK(host_sms >= 1 && host_sms <= 64, "runtime config: host_sms = {} not in [1, 64]",
              host_sms);
+  ISER_CHECK(peer_memory == PeerMemoryMode::kAuto || peer_memory == PeerMemoryMode::kNccl ||
+                 peer_memory == PeerMemoryMode::kIpc,
+             "runtime config: peer_memory = {} is not a request (auto, nccl, ipc)",
+             static_cast<int>(peer_memory));
   bundle.validate();
 }
 

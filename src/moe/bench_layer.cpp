@@ -238,6 +238,7 @@ int run_rank(const LayerBenchOptions& opt, int rank, int world, const std::strin
         world, prop.name, opt.num_ranks, opt.num_experts, opt.top_k, config.topo.experts_per_rank(),
         opt.num_slots, opt.g_min, opt.shape.hidden, opt.shape.intermediate, opt.tokens, opt.iters,
         opt.warmup, to_string(layer.planner()));
+    fmt::print("# {}\n", runtime.describe());
     // plan_us: host time after the counts (host: plan + copy list + routing maps; gpu: decode +
     // validation + routing maps); gplan_us: the GPU planner + copy-list kernels on COPY (gpu);
     // counts_us: the host's wait for the counts (gpu: for the counts and the plan).

@@ -121,6 +121,11 @@ Communicator Communicator::from_env(int rank, int num_ranks, const char* var) {
   return Communicator(init_comm(from_hex(hex, var), rank, num_ranks), true);
 }
 
+Communicator Communicator::from_unique_id_hex(std::string_view hex, int rank, int num_ranks) {
+  check_rank(rank, num_ranks);
+  return Communicator(init_comm(from_hex(hex, "bootstrap"), rank, num_ranks), true);
+}
+
 Communicator Communicator::from_unique_id_file(const std::string& path, int rank, int num_ranks,
                                                int timeout_ms) {
   namespace fs = std::filesystem;

@@ -11,44 +11,16 @@
 #include "cuda/kernels.h"
 #include "iser/error.h"
 #include "iser/runtime.h"
+#include "runtime/all_gather.h"
 #include "runtime/host_lane.h"
 #include "runtime/host_staging.h"
 #include "runtime/layout.h"
+#include "runtime/peer_memory.h"
 
 namespace iser {
 namespace {
 
-// All-gather of a trivially copyable value over NCCL (set-up only; synchronous).
-template <typename T>
-std::vector<T> all_gather(ncclComm* comm, const T& mine, int num_ranks) {
-  static_assert(std::is_trivially_copyable_v<T>);
-  char* device = nullptr;
-  ISER_CUDA_CHECK(cudaMalloc(&device, sizeof(T) * (num_ranks + 1)));
-  std::vector<T> all(num_ranks);
-  cudaStream_t stream = nullptr;
-  try {
-    ISER_CUDA_CHECK(cudaStreamCreateWithFlags(&stream, cudaStreamNonBlocking));
-    // On `stream`: a cudaMemcpy (default stream) may return before its DMA lands, and nothing
-    // would order the non-blocking stream's all-gather after it.
-    ISER_CUDA_CHECK(cudaMemcpyAsync(device, &mine, sizeof(T), cudaMemcpyHostToDevice, stream));
-    ISER_NCCL_CHECK(ncclAllGather(device, device + sizeof(T), sizeof(T), ncclChar, comm, stream));
-    ISER_CUDA_CHECK(cudaStreamSynchronize(stream));
-    ISER_CUDA_CHECK(
-        cudaMemcpy(all.data(), device + sizeof(T), sizeof(T) * num_ranks, cudaMemcpyDeviceToHost));
-  } catch (...) {
-    if (stream) cudaStreamDestroy(stream);
-    cudaFree(device);
-    throw;
-  }
-  cudaStreamDestroy(stream);
-  cudaFree(device);
-  return all;
-}
-
-struct IpcRecord {
-  cudaIpcMemHandle_t handle;
-  int32_t device;
-};
+using runtime::all_gather;
 
 // p2p-sami-host staging: rank 0's shared-memory name, and each rank's outcome of opening it.
 struct StagingRecord {
@@ -75,6 +47,10 @@ std::unique_ptr<Runtime> Runtime::logical(const RuntimeConfig& config) {
   ISER_CUDA_CHECK(cudaStreamSynchronize(nullptr));
   const runtime::StagingLayout staging = runtime::make_staging_layout(config);
   if (staging.capacity > 0) rt->staging_ = HostStaging::allocate(staging.total());
+  rt->describe_peer_memory(
+      PeerMemoryMode::kLocal,
+      fmt::format("{} logical ranks in one allocation on this GPU", config.num_ranks),
+      runtime::multicast_blocker(config.multicast, PeerMemoryMode::kLocal));
   return rt;
 }
 
@@ -111,29 +87,14 @@ Runtime::Runtime(const RuntimeConfig& config, Communicator& comm)
 void Runtime::map_peers() {
   const int num_ranks = config_.num_ranks;
   allocate(1);
-  // Zeroed control words exist before any peer learns where they are (the handles below).
-  IpcRecord record{};
-  ISER_CUDA_CHECK(cudaIpcGetMemHandle(&record.handle, local_base_));
-  ISER_CUDA_CHECK(cudaGetDevice(&record.device));
-  const std::vector<IpcRecord> records = all_gather(comm_, record, num_ranks);
-  peer_bases_.assign(num_ranks, nullptr);
-  for (int r = 0; r < num_ranks; ++r) {
-    if (r == first_rank_) {
-      peer_bases_[r] = local_base_;
-      continue;
-    }
-    int can_access = 0;
-    ISER_CUDA_CHECK(cudaDeviceCanAccessPeer(&can_access, record.device, records[r].device));
-    ISER_CHECK(can_access,
-               "runtime set-up: device {} (rank {}) cannot access device {} (rank {}) "
-               "over P2P",
-               record.device, first_rank_, records[r].device, r);
-    void* mapped = nullptr;
-    ISER_CUDA_CHECK(
-        cudaIpcOpenMemHandle(&mapped, records[r].handle, cudaIpcMemLazyEnablePeerAccess));
-    peer_bases_[r] = static_cast<char*>(mapped);
-    opened_handles_.push_back(peer_bases_[r]);
-  }
+  // The region itself: an NCCL window or CUDA IPC, chosen collectively (runtime/peer_memory.h).
+  peer_memory_ =
+      runtime::map_peer_memory(comm_, first_rank_, num_ranks, region_bytes_, config_.peer_memory);
+  local_base_ = peer_memory_->local();
+  peer_bases_ = peer_memory_->peers();
+  describe_peer_memory(
+      peer_memory_->mode(), peer_memory_->reason(),
+      runtime::multicast_unavailable_reason(comm_, config_.multicast, peer_memory_->mode()));
   ISER_CUDA_CHECK(cudaMemcpy(device_peer_bases_, peer_bases_.data(), sizeof(char*) * num_ranks,
                              cudaMemcpyHostToDevice));
   // Landed before any stream's kernel reads it (a pageable copy may return before its DMA ends).
@@ -141,6 +102,18 @@ void Runtime::map_peers() {
   map_staging();
   // Every rank has mapped every peer before anyone returns (a barrier over the all-gather).
   (void)all_gather(comm_, int32_t{1}, num_ranks);
+}
+
+void Runtime::describe_peer_memory(PeerMemoryMode mode, const std::string& reason,
+                                   const std::string& multicast_reason) {
+  multicast_available_ = multicast_reason.empty();
+  multicast_reason_ = multicast_reason;
+  description_ =
+      runtime::describe_peer_memory(mode, reason, multicast_available_, multicast_reason);
+}
+
+PeerMemoryMode Runtime::peer_memory() const {
+  return peer_memory_ ? peer_memory_->mode() : PeerMemoryMode::kLocal;
 }
 
 // p2p-sami-host: rank 0 creates the shared staging and passes its path; every other rank opens
@@ -182,8 +155,10 @@ void Runtime::allocate(int num_local) {
   const runtime::RegionLayout layout = runtime::make_region_layout(config_);
   region_bytes_ = layout.total;
   num_local_ranks_ = num_local;
-  ISER_CUDA_CHECK(cudaMalloc(&local_base_, region_bytes_ * num_local));
-  ISER_CUDA_CHECK(cudaMemset(local_base_, 0, region_bytes_ * num_local));
+  if (comm_ == nullptr) {  // logical ranks; one process per GPU: map_peers (peer memory)
+    ISER_CUDA_CHECK(cudaMalloc(&local_base_, region_bytes_ * num_local));
+    ISER_CUDA_CHECK(cudaMemset(local_base_, 0, region_bytes_ * num_local));
+  }
   ISER_CUDA_CHECK(cudaMalloc(&device_peer_bases_, sizeof(char*) * config_.num_ranks));
   ISER_CUDA_CHECK(cudaMalloc(&device_scratch_, cuda::scratch_bytes() * num_local));
   ISER_CUDA_CHECK(cudaMemset(device_scratch_, 0, cuda::scratch_bytes() * num_local));
@@ -201,12 +176,14 @@ Runtime::~Runtime() {
 void Runtime::release() noexcept {
   cudaDeviceSynchronize();
   staging_.reset();
-  for (char* p : opened_handles_) cudaIpcCloseMemHandle(p);
-  opened_handles_.clear();
   cudaFree(device_ce_ops_);
   cudaFree(device_scratch_);
   cudaFree(device_peer_bases_);
-  cudaFree(local_base_);
+  if (peer_memory_) {
+    peer_memory_.reset();  // owns local_base_
+  } else {
+    cudaFree(local_base_);
+  }
   device_ce_ops_ = device_scratch_ = device_peer_bases_ = nullptr;
   local_base_ = nullptr;
 }
@@ -352,13 +329,10 @@ void Runtime::launch_replicate(int local_begin, int local_end, const CopyOp* ops
   ISER_CHECK(transport != Transport::kCopyEngine,
              "replicate: the copy-engine transport needs a host copy list "
              "(Runtime::replicate_copy_engine)");
-  if (transport == Transport::kMulticast) {
-    std::string reason;
-    ISER_CHECK(multicast_allowed(&reason), "{}", reason);
-    throw Error(
-        "replicate: multicast transport: this build binds no multicast objects (the kernel "
-        "path is compiled; creating NVLS objects is not implemented)");
-  }
+  // NOTE: multicast_available_ is never true in this build (runtime/peer_memory.h): the
+  // multimem store path is not bound to NCCL's multimem pointers, so no launch reaches it.
+  ISER_CHECK(transport != Transport::kMulticast, "replicate: multicast transport unavailable: {}",
+             multicast_reason_);
   args.mode_override = mode_override(transport);
   const int copy_ctas = num_sms > 0 ? num_sms : config_.copy_sms;
   if (transport == Transport::kP2PSamiHost && host_slices() > 0) {

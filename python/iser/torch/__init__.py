@@ -12,6 +12,7 @@ from ._ops import PlanLayout, count, load_library, plan, plan_rewrite, rewrite
 load_library()
 
 from .balancer import SlotBalancer, measured_imbalance  # noqa: E402
+from .distributed import peer_memory_report, unique_id_from_group  # noqa: E402
 from .hf import ep_from_hf  # noqa: E402
 from .moe import EpMoE  # noqa: E402
 
@@ -23,7 +24,9 @@ __all__ = [
     "ep_from_hf",
     "load_library",
     "measured_imbalance",
+    "peer_memory_report",
     "plan",
     "plan_rewrite",
     "rewrite",
+    "unique_id_from_group",
 ]

@@ -24,6 +24,7 @@ from collections.abc import Callable, Sequence
 import torch
 
 from . import _ops
+from .distributed import unique_id_from_group
 
 _log = logging.getLogger("iser.torch")
 
@@ -66,13 +67,7 @@ class SlotBalancer:
         if (logical is None) == (group is None):
             raise ValueError("iser.torch.SlotBalancer: give exactly one of logical=P or group=")
         if group is not None:
-            import torch.distributed as dist
-
-            num_ranks = dist.get_world_size(group)
-            rank = dist.get_rank(group)
-            box = [torch.ops.iser.nccl_unique_id() if rank == 0 else None]
-            dist.broadcast_object_list(box, src=dist.get_global_rank(group, 0), group=group)
-            unique_id = box[0]
+            num_ranks, rank, unique_id = unique_id_from_group(group)
         else:
             num_ranks, rank, unique_id = int(logical), -1, ""
         if num_ranks < 2 or num_experts % num_ranks != 0:
@@ -116,6 +111,11 @@ class SlotBalancer:
         self._pending_ready = False
         self.copy_hook: Callable[[torch.cuda.Stream], None] | None = None
         self._fallback_seen = 0
+
+    def describe(self) -> str:
+        """The runtime's peer memory and multicast report (``Runtime::describe()``): e.g.
+        ``"peer memory: nccl (...); multicast unavailable: <reason>"``."""
+        return str(self._c.describe())
 
     @property
     def slots_per_rank(self) -> int:
