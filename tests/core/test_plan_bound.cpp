@@ -1,6 +1,7 @@
 // The bound tool (src/core/planner/bound.cpp): exact on cases with a known optimum, never above
 // a valid plan's max load, and the combinatorial bound never above the solver's.
 #include <algorithm>
+#include <array>
 #include <bit>
 #include <cmath>
 #include <functional>
@@ -46,6 +47,17 @@ TEST(PlanBound, KnownOptima) {
     EXPECT_EQ(b.lower, 60);
     EXPECT_TRUE(b.optimal());
     EXPECT_EQ(b.upper.value_or(-1), 60);
+  }
+  // The slot budget: three hot owners, S = 1, groups of 4 or 8 among 8 ranks: at most two
+  // broadcasts fit (8 helper slots), so one owner keeps its 40 routes; T is 15.
+  {
+    const Topology topo = Topology::make(8, 8, 1, 4);
+    BoundOptions combinatorial_only;
+    combinatorial_only.use_solver = false;
+    const PlanBound b =
+        plan_bound(topo, one_row(8, {40, 40, 40, 0, 0, 0, 0, 0}), combinatorial_only);
+    EXPECT_EQ(b.combinatorial, 40);
+    EXPECT_TRUE(b.optimal());
   }
   // S = 0: nothing moves, the bound is the home max load.
   {
@@ -199,6 +211,40 @@ TEST(PlanBound, ExhaustiveOptimumOnTinyShapes) {
   }
   if (bound_solver_available()) {
     EXPECT_EQ(solved, total);
+  }
+}
+
+// Fuzzed count matrices on larger shapes (the slot budget's relaxation for many broadcasts
+// included): no policy under iser's constraints ever beats the bound, with or without the solver.
+TEST(PlanBound, NoPolicyBeatsItOnFuzzedInputs) {
+  std::mt19937 rng(11);
+  for (int trial = 0; trial < 24; ++trial) {
+    const int P = std::array{8, 12, 16}[trial % 3];
+    const int S = 1 + static_cast<int>(rng() % 8);
+    const int E = P * (1 + static_cast<int>(rng() % 4));
+    const Topology topo = Topology::make(P, E, S, 1 + static_cast<int>(rng() % 4));
+    SCOPED_TRACE(::testing::Message()
+                 << "P=" << P << " E=" << E << " S=" << S << " trial " << trial);
+    CountMatrix counts(P, E);
+    std::exponential_distribution<double> weight(1.0);
+    const double power = 1.0 + static_cast<double>(rng() % 4);
+    std::vector<double> w(E);
+    for (double& x : w) x = std::pow(weight(rng), power);
+    for (int src = 0; src < P; ++src) {
+      for (int e = 0; e < E; ++e)
+        counts.at(src, e) = static_cast<int32_t>(w[e] * 50 * (1 + src % 2));
+    }
+    BoundOptions options;
+    options.time_limit_s = 0.2;
+    options.use_solver = trial % 2 == 0;
+    const PlanBound b = plan_bound(topo, counts, options);
+    EXPECT_LE(b.combinatorial, b.lower);
+    for (const std::string policy : {"iser", "halo-q", "owner-home", "absorb", "none"}) {
+      const auto p = make_policy(policy, topo);
+      const PolicyResult r = p->plan(counts);
+      check_plan(topo, counts, r.plan, p->validation());
+      EXPECT_LE(b.lower, max_load(r.plan)) << policy;
+    }
   }
 }
 
