@@ -93,8 +93,8 @@ void run_bound(const BoundArgs& args) {
              bound.lower, bound.r_lower());
   if (bound.upper)
     fmt::print("  (best plan known: {}, R {:.4f})", *bound.upper, *bound.upper / bound.mean_load);
-  fmt::print("\ncombinatorial bound (slot budget included): {}  R >= {:.4f}\n",
-             bound.combinatorial, bound.combinatorial / bound.mean_load);
+  fmt::print("\ncombinatorial bound (slot budget included): {}  R >= {:.4f}\n", bound.combinatorial,
+             bound.combinatorial / bound.mean_load);
   if (!bound_solver_available()) {
     fmt::print("(built without CBC: install coinor-libcbc-dev and rebuild for the exact bound)\n");
   }
