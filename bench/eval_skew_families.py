@@ -1,6 +1,7 @@
 #!/usr/bin/env python3
 """Tables of docs/evaluation.md's skew-family section: every skew family x EP x S through
-`iser replay --bound`, as Markdown (R, owner payloads, remote copies, bound, gap per policy).
+`iser replay --bound`, as Markdown (R, owner payloads, remote copies, bound, gap per policy, and
+whether the first policy meets the goal, misses it, or no plan can reach it).
 
 usage: bench/eval_skew_families.py ISER_BINARY [--bound-seconds 3] [--experts 256 --top-k 8]
        [--ep 16,32,64,72] [--slots 2,3,4] [--families zipf-0.6,...] [--policies iser,halo-q]
@@ -35,11 +36,24 @@ def replay(args, family, slots):
         with open(out_json) as f:
             results = json.load(f)["results"]
     bounds = {}
-    pattern = r"^EP(\d+): bound R ([0-9.]+) \((\d+) of (\d+) .*?, (\d+) with"
+    pattern = r"^EP(\d+): bound R ([0-9.]+) \(.*proven optimal: (\d+) of (\d+)\)"
     for m in re.finditer(pattern, text, re.M):
-        bounds[int(m.group(1))] = (float(m.group(2)), int(m.group(3)) + int(m.group(5)),
-                                   int(m.group(4)))
+        bounds[int(m.group(1))] = (float(m.group(2)), int(m.group(3)), int(m.group(4)))
     return " ".join(cmd[:-2]), results, bounds
+
+
+# The balance goals: R <= 1.02 with S = 2, R <= 1.01 with S = 4 (none set for other S).
+GOALS = {2: 1.02, 4: 1.01}
+
+
+def verdict(r, bound_r, slots):
+    """met / missed / impossible (the proven bound is above the goal: no plan reaches it)."""
+    goal = GOALS.get(slots)
+    if goal is None:
+        return "-"
+    if r <= goal:
+        return "met"
+    return "impossible" if bound_r > goal else "missed"
 
 
 def main():
@@ -57,8 +71,8 @@ def main():
     p.add_argument("--threads", type=int, default=1)
     args = p.parse_args()
     policies = args.policies.split(",")
-    head = "| family | EP | S | R before | bound R (solver/n) | " + " | ".join(
-        f"{q} R / payloads / copies / gap" for q in policies) + " |"
+    head = "| family | EP | S | R before | bound R (proven optimal/n) | " + " | ".join(
+        f"{q} R / payloads / copies / gap" for q in policies) + " | goal |"
     print(head)
     print("|" + "---|" * (head.count("|") - 1))
     for family in args.families.split(","):
@@ -75,7 +89,8 @@ def main():
                     cells.append(f"{r['mean_r']:.4f} / {r['owner_payloads_max']} / "
                                  f"{r['remote_copies']:.0f} / {r['mean_r'] - b:+.4f}")
                 print(f"| {family} | {ep} | {slots} | {before:.3f} | {b:.4f} ({opt}/{n}) | "
-                      + " | ".join(cells) + " |", flush=True)
+                      + " | ".join(cells) + f" | {verdict(rows[policies[0]]['mean_r'], b, slots)} |",
+                      flush=True)
 
 
 if __name__ == "__main__":

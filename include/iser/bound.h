@@ -6,11 +6,14 @@
 // broadcasts per owner (an expert may be broadcast more than once); an expert's routes computed
 // only by its owner or members of its groups, in whole routes; every route computed once.
 //
-// Two bounds on the optimal max load M*:
-//  - combinatorial (always): M* >= max(T, max over owners o of L[o] minus the S largest hist
-//    among o's home experts), since an owner sheds at most one expert's routes per broadcast;
-//  - the integer program over those constraints (CBC, when iser was built with it): solved to
-//    optimality, or, at the time limit, its proven dual bound (and the best plan it found).
+// Bounds on the optimal max load M* (src/core/planner/bound.cpp states the proofs):
+//  - combinatorial (always): M* >= T; M* >= L[o] minus the S largest hist among o's home experts
+//    (an owner sheds at most one expert's routes per broadcast); and the slot budget: for a
+//    target M every owner above it needs broadcasts whose groups can take its excess, each
+//    costing one helper slot per member, and a team has S slots per rank in all;
+//  - the integer program over those constraints (CBC, when iser was built with it), started from
+//    iser's plan: solved to optimality, or, at the time limit, its proven dual bound.
+// `upper` is the best plan known (iser's or the solver's); lower == upper proves it optimal.
 #pragma once
 
 #include <cstdint>
@@ -28,7 +31,7 @@ struct BoundOptions {
 };
 
 enum class BoundMethod {
-  kCombinatorial,  // no solver run (not built with CBC, or use_solver off)
+  kCombinatorial,  // the combinatorial bounds (no solver run, or they already meet a plan)
   kIpOptimal,      // the integer program solved to optimality: lower == upper
   kIpBound,        // the solver stopped at its time limit: lower is its proven dual bound
 };
@@ -37,10 +40,12 @@ std::string_view to_string(BoundMethod method);
 struct PlanBound {
   BoundMethod method = BoundMethod::kCombinatorial;
   int64_t lower = 0;             // proven: no valid plan has a max load below this
-  std::optional<int64_t> upper;  // max load of the best plan the solver found
+  std::optional<int64_t> upper;  // max load of the best plan known (iser's or the solver's)
   int64_t combinatorial = 0;     // the combinatorial bound alone
   double mean_load = 0.0;        // total routes / P
   double r_lower() const { return mean_load > 0 ? lower / mean_load : 1.0; }
+  // No plan beats the best one known: lower == upper.
+  bool optimal() const { return upper && *upper == lower; }
 };
 
 // True when this build can solve the integer program (CBC found at build time).

@@ -1,6 +1,11 @@
 // The bound tool (src/core/planner/bound.cpp): exact on cases with a known optimum, never above
 // a valid plan's max load, and the combinatorial bound never above the solver's.
 #include <algorithm>
+#include <array>
+#include <bit>
+#include <cmath>
+#include <functional>
+#include <random>
 
 #include <gtest/gtest.h>
 
@@ -40,10 +45,19 @@ TEST(PlanBound, KnownOptima) {
     const PlanBound b = plan_bound(topo, one_row(4, {60, 60, 0, 0, 0, 0, 0, 0}));
     EXPECT_EQ(b.combinatorial, 60);
     EXPECT_EQ(b.lower, 60);
-    if (bound_solver_available()) {
-      EXPECT_EQ(b.method, BoundMethod::kIpOptimal);
-      EXPECT_EQ(b.upper.value_or(-1), 60);
-    }
+    EXPECT_TRUE(b.optimal());
+    EXPECT_EQ(b.upper.value_or(-1), 60);
+  }
+  // The slot budget: three hot owners, S = 1, groups of 4 or 8 among 8 ranks: at most two
+  // broadcasts fit (8 helper slots), so one owner keeps its 40 routes; T is 15.
+  {
+    const Topology topo = Topology::make(8, 8, 1, 4);
+    BoundOptions combinatorial_only;
+    combinatorial_only.use_solver = false;
+    const PlanBound b =
+        plan_bound(topo, one_row(8, {40, 40, 40, 0, 0, 0, 0, 0}), combinatorial_only);
+    EXPECT_EQ(b.combinatorial, 40);
+    EXPECT_TRUE(b.optimal());
   }
   // S = 0: nothing moves, the bound is the home max load.
   {
@@ -79,6 +93,157 @@ TEST(PlanBound, NeverAbovePoliciesAndSolverPlans) {
         check_plan(topo, counts, r.plan, p->validation());
         EXPECT_LE(b.lower, max_load(r.plan)) << policy;
       }
+    }
+  }
+}
+
+// The best max load any plan under iser's constraints reaches, by exhaustive search (tiny
+// shapes only): every set of broadcasts (expert, aligned group of its owner's team other than the
+// owner alone) with every rank a member of at most S groups and at most S broadcasts per owner;
+// for a set, the least max load of a whole-route assignment of every expert's routes to its
+// owner or its groups' members is, by Hall's theorem on the transportation problem, the largest
+// ceil(routes of X / |ranks allowed for X|) over expert sets X.
+int64_t brute_force_optimum(const Topology& topo, const std::vector<int64_t>& hist) {
+  const int P = topo.num_ranks;
+  const int E = topo.num_experts;
+  const int S = topo.num_slots;
+  struct Item {
+    int expert;
+    uint32_t ranks;  // bit mask of the group's members
+  };
+  std::vector<Item> items;
+  for (int e = 0; e < E; ++e) {
+    if (hist[e] == 0) continue;
+    const int o = topo.owner_of(e);
+    for (int level = 0; level < topo.num_levels(); ++level) {
+      const int g_first = topo.first_group_of_team(level, o);
+      for (int g = g_first; g < g_first + topo.groups_per_team(level); ++g) {
+        const int begin = topo.group_begin(level, g);
+        const int size = topo.group_size(level);
+        if (size == 1 && begin == o) continue;
+        items.push_back({e, ((1u << size) - 1) << begin});
+      }
+    }
+  }
+  std::vector<uint32_t> allowed(E);
+  for (int e = 0; e < E; ++e) allowed[e] = 1u << topo.owner_of(e);
+  auto least_max_load = [&] {
+    int64_t best = 0;
+    for (uint32_t X = 1; X < (1u << E); ++X) {
+      int64_t routes = 0;
+      uint32_t ranks = 0;
+      for (int e = 0; e < E; ++e) {
+        if (X >> e & 1) {
+          routes += hist[e];
+          ranks |= allowed[e];
+        }
+      }
+      const int n = std::popcount(ranks);
+      best = std::max(best, (routes + n - 1) / n);
+    }
+    return best;
+  };
+  std::vector<int> member(P, 0), exports(P, 0);
+  int64_t best = least_max_load();
+  std::function<void(size_t)> extend = [&](size_t first) {
+    for (size_t i = first; i < items.size(); ++i) {
+      const Item& it = items[i];
+      const int o = topo.owner_of(it.expert);
+      bool fits = exports[o] < S;
+      for (int r = 0; r < P; ++r) fits = fits && (!(it.ranks >> r & 1) || member[r] < S);
+      if (!fits) continue;
+      const uint32_t saved = allowed[it.expert];
+      ++exports[o];
+      for (int r = 0; r < P; ++r) member[r] += it.ranks >> r & 1;
+      allowed[it.expert] |= it.ranks;
+      best = std::min(best, least_max_load());
+      extend(i + 1);
+      allowed[it.expert] = saved;
+      --exports[o];
+      for (int r = 0; r < P; ++r) member[r] -= it.ranks >> r & 1;
+    }
+  };
+  extend(0);
+  return best;
+}
+
+// On tiny shapes the bound is compared with the exhaustive optimum: never above it (a proof must
+// hold), equal to it where the solver says "optimal", and every policy at or above it.
+TEST(PlanBound, ExhaustiveOptimumOnTinyShapes) {
+  struct Shape {
+    int P, E, S, g_min, lsa;
+  };
+  std::mt19937 rng(7);
+  int solved = 0, total = 0;
+  for (const Shape sh : {Shape{4, 4, 1, 1, 0}, Shape{4, 8, 1, 1, 0}, Shape{4, 4, 2, 1, 0},
+                         Shape{4, 8, 2, 2, 0}, Shape{4, 8, 2, 1, 2}, Shape{8, 8, 1, 2, 0}}) {
+    const Topology topo = Topology::make(sh.P, sh.E, sh.S, sh.g_min, sh.lsa);
+    for (int trial = 0; trial < 6; ++trial) {
+      SCOPED_TRACE(::testing::Message() << "P=" << sh.P << " E=" << sh.E << " S=" << sh.S
+                                        << " g_min=" << sh.g_min << " trial " << trial);
+      CountMatrix counts(sh.P, sh.E);
+      // Skewed rows: a few hot experts, the rest light (exponential weights).
+      std::exponential_distribution<double> weight(1.0);
+      std::vector<double> w(sh.E);
+      for (double& x : w) x = std::pow(weight(rng), 3);
+      for (int s = 0; s < sh.P; ++s) {
+        for (int e = 0; e < sh.E; ++e) counts.at(s, e) = static_cast<int32_t>(w[e] * 7 + s % 3);
+      }
+      const auto hist = counts.histogram();
+      const int64_t optimum = brute_force_optimum(topo, hist);
+      const PlanBound b = plan_bound(topo, counts);
+      EXPECT_LE(b.combinatorial, optimum);
+      EXPECT_LE(b.lower, optimum);
+      ASSERT_TRUE(b.upper.has_value());
+      EXPECT_GE(*b.upper, optimum);  // a real plan's max load
+      if (b.optimal()) {
+        EXPECT_EQ(b.lower, optimum);
+        ++solved;
+      }
+      ++total;
+      for (const std::string policy : {"iser", "halo-q"}) {
+        const auto p = make_policy(policy, topo);
+        const PolicyResult r = p->plan(counts);
+        check_plan(topo, counts, r.plan, p->validation());
+        EXPECT_GE(max_load(r.plan), optimum) << policy;
+      }
+    }
+  }
+  if (bound_solver_available()) {
+    EXPECT_EQ(solved, total);
+  }
+}
+
+// Fuzzed count matrices on larger shapes (the slot budget's relaxation for many broadcasts
+// included): no policy under iser's constraints ever beats the bound, with or without the solver.
+TEST(PlanBound, NoPolicyBeatsItOnFuzzedInputs) {
+  std::mt19937 rng(11);
+  for (int trial = 0; trial < 24; ++trial) {
+    const int P = std::array{8, 12, 16}[trial % 3];
+    const int S = 1 + static_cast<int>(rng() % 8);
+    const int E = P * (1 + static_cast<int>(rng() % 4));
+    const Topology topo = Topology::make(P, E, S, 1 + static_cast<int>(rng() % 4));
+    SCOPED_TRACE(::testing::Message()
+                 << "P=" << P << " E=" << E << " S=" << S << " trial " << trial);
+    CountMatrix counts(P, E);
+    std::exponential_distribution<double> weight(1.0);
+    const double power = 1.0 + static_cast<double>(rng() % 4);
+    std::vector<double> w(E);
+    for (double& x : w) x = std::pow(weight(rng), power);
+    for (int src = 0; src < P; ++src) {
+      for (int e = 0; e < E; ++e)
+        counts.at(src, e) = static_cast<int32_t>(w[e] * 50 * (1 + src % 2));
+    }
+    BoundOptions options;
+    options.time_limit_s = 0.2;
+    options.use_solver = trial % 2 == 0;
+    const PlanBound b = plan_bound(topo, counts, options);
+    EXPECT_LE(b.combinatorial, b.lower);
+    for (const std::string policy : {"iser", "halo-q", "owner-home", "absorb", "none"}) {
+      const auto p = make_policy(policy, topo);
+      const PolicyResult r = p->plan(counts);
+      check_plan(topo, counts, r.plan, p->validation());
+      EXPECT_LE(b.lower, max_load(r.plan)) << policy;
     }
   }
 }

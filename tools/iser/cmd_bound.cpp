@@ -88,12 +88,12 @@ void run_bound(const BoundArgs& args) {
   const PlanBound bound = plan_bound(topo, counts, options);
   fmt::print("P = {}  E = {}  S = {}  mean load = {:.1f}\n", topo.num_ranks, topo.num_experts,
              topo.num_slots, bound.mean_load);
-  fmt::print("bound ({}): max load >= {}  R >= {:.4f}", to_string(bound.method), bound.lower,
-             bound.r_lower());
+  fmt::print("bound ({}, {}): max load >= {}  R >= {:.4f}",
+             bound.optimal() ? "proven optimal" : "lower bound only", to_string(bound.method),
+             bound.lower, bound.r_lower());
   if (bound.upper)
-    fmt::print("  (solver's best plan: {}, R {:.4f})", *bound.upper,
-               *bound.upper / bound.mean_load);
-  fmt::print("\ncombinatorial bound: {}  R >= {:.4f}\n", bound.combinatorial,
+    fmt::print("  (best plan known: {}, R {:.4f})", *bound.upper, *bound.upper / bound.mean_load);
+  fmt::print("\ncombinatorial bound (slot budget included): {}  R >= {:.4f}\n", bound.combinatorial,
              bound.combinatorial / bound.mean_load);
   if (!bound_solver_available()) {
     fmt::print("(built without CBC: install coinor-libcbc-dev and rebuild for the exact bound)\n");
@@ -176,7 +176,7 @@ void print_bound_gaps(const RoutingSource& source, const ReplayResult& result, d
     const Topology topo = Topology::make(P, result.metadata.num_experts, config.num_slots,
                                          config.g_min, config.lsa_size);
     double sum_r = 0;
-    int64_t n = 0, optimal = 0, solver_bound = 0;
+    int64_t n = 0, optimal = 0, solver_bound = 0, proven = 0;
     for (const int layer : result.layers) {
       for (int64_t it = 0; it < result.iterations_per_ep[i]; ++it) {
         const PlanBound b =
@@ -184,15 +184,16 @@ void print_bound_gaps(const RoutingSource& source, const ReplayResult& result, d
         sum_r += b.r_lower();
         optimal += b.method == BoundMethod::kIpOptimal ? 1 : 0;
         solver_bound += b.method == BoundMethod::kIpBound ? 1 : 0;
+        proven += b.optimal() ? 1 : 0;
         ++n;
       }
     }
     const double bound_r = n > 0 ? sum_r / static_cast<double>(n) : 1.0;
     fmt::print(out,
                "EP{}: bound R {:.4f} ({} of {} invocations solved to optimality, {} with the "
-               "solver's dual bound, the rest combinatorial{})\n",
+               "solver's dual bound, the rest combinatorial{}; proven optimal: {} of {})\n",
                P, bound_r, optimal, n, solver_bound,
-               bound_solver_available() ? "" : "; built without CBC");
+               bound_solver_available() ? "" : "; built without CBC", proven, n);
     for (const PolicySummary& s : result.results) {
       if (s.ep != P) continue;
       fmt::print(out, "  {:<16} R {:.4f}  gap {:+.4f}\n", s.policy, s.mean_r, s.mean_r - bound_r);

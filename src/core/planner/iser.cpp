@@ -183,6 +183,11 @@ void place_room_aware(const Topology& topo, const HaloQOptions& options, int32_t
       best_absorbed = std::max(best_absorbed, std::min(per_level[level].room, give));
     }
     if (best_absorbed <= 0) {
+      // NOTE: for an expert not exported yet, no eligible group of any level has room, and that
+      // holds for every other candidate of o as well (only an exported expert's own groups are
+      // skipped): the passes that would spend them one by one change nothing else, and then
+      // freeze o. Freezing o now is the same placement, without those passes.
+      if (latest[e] < 0) ws.frozen[o] = 1;
       ws.next_candidate[e] = 1;
       continue;
     }
