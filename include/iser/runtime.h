@@ -18,7 +18,8 @@
 #include <string_view>
 #include <vector>
 
-#include "iser/plan.h"
+#include "iser/copy_list.h"
+#include "iser/replication.h"
 
 struct CUstream_st;
 struct ncclComm;
@@ -30,7 +31,6 @@ using StreamHandle = CUstream_st*;
 // Bumped whenever the memory layout or the device protocol changes; ranks must agree.
 inline constexpr int kRuntimeVersion = 3;         // 2: p2p-sami-host (host staging, fingerprint)
                                                   // 3: count rows stamped by epoch
-inline constexpr int64_t kSliceBytes = 8192;      // replication unit
 inline constexpr int64_t kBundleAlignment = 256;  // scales start at a 256-byte boundary
 inline constexpr int64_t kSlotAlignment = 4096;   // every slot starts at a 4-KiB boundary
 inline constexpr int kDefaultCopySms = 8;
@@ -38,18 +38,6 @@ inline constexpr int kDefaultHostSms = 4;  // host-lane CTAs per rank (p2p-sami-
 // The host share that moved one 37.16 MB bundle fastest on 2 x H200 (docs/benchmarks.md); the
 // runtime default stays 0 (opt-in: PCIe also carries NIC and host traffic on real servers).
 inline constexpr double kMeasuredHostShare = 0.08;
-inline constexpr int kMaxCopyStagesPerCta = 22;  // 176 KiB of shared memory per copy CTA
-inline constexpr int kMaxLocalCopyOps = 4096;
-// Pass as the generation (or epoch) to take it from the device-side counter of each local rank
-// instead of the host: `replicate` and `exchange_counts` use the rank's last value + 1,
-// `ready_gate` and `release_bank` the generation the rank's last `replicate` used. This is what
-// makes a captured CUDA graph replayable (docs/runtime.md).
-// NOTE: a kDeviceGeneration gate or release reads a counter that only the replicate kernel
-// advances, so it must be stream-ordered after its replicate (the same stream, or an event).
-// The device checks it: a kDeviceGeneration gate (release) that finds no generation newer than
-// the one the rank's previous gate (release) acted on reports kGateEarly and validates
-// (releases) nothing; the routes then fall back home.
-inline constexpr uint64_t kDeviceGeneration = 0;
 
 // One expert's bytes as they sit in a slot (home or helper): weights at offset 0, scales at
 // scale_offset() = align_up(weight_bytes, 256), bundle bytes() = scale_offset() + scale_bytes.
@@ -80,17 +68,10 @@ enum class Transport : uint8_t {
   kP2PSamiHost = 6,   // p2p-sami-owner over NVLink for the head of every op's slices, plus a host
                       // lane for the tail (RuntimeConfig::host_share): the owner stages it in
                       // pinned host memory over its PCIe link, every other member fetches it over
-                      // its own (src/runtime/host_lane.h). host_share 0: exactly p2p-sami-owner
+                      // its own (src/cuda/host_lane.h). host_share 0: exactly p2p-sami-owner
 };
 std::string_view to_string(Transport transport);
 Transport transport_from_string(std::string_view name);  // "p2p-direct", "p2p-sami", ...
-
-// How the SM transports (p2p-direct, p2p-sami, plan) move a slice.
-enum class CopyPath : uint8_t {
-  kBulk = 0,       // Hopper TMA: cp.async.bulk global -> shared (mbarrier pipeline), then bulk
-                   // stores shared -> each member; a few threads keep many slices in flight
-  kRegisters = 1,  // each warp loads a slice into registers and stores it to every member
-};
 std::string_view to_string(CopyPath path);
 
 // How a rank reaches its peers' symmetric regions (docs/runtime.md, "Peer memory").
@@ -153,40 +134,9 @@ ConfigFingerprint fingerprint(const RuntimeConfig& config);
 // Throws iser::Error naming the first rank whose fingerprint differs from rank 0's and the field.
 void check_fingerprints(std::span<const ConfigFingerprint> per_rank);
 
-// One replication the kernel executes (a flat, device-friendly Broadcast).
-struct CopyOp {
-  int32_t expert = 0;
-  int32_t owner = 0;
-  int32_t group_begin = 0;
-  int32_t group_size = 0;
-  int32_t helper = 0;  // helper index h: local slot H + h on every member
-  int32_t mode = 0;    // kCopyMode*: who writes (src/runtime/writers.h)
-};
-inline constexpr int32_t kCopyModeDirect = 0;     // the owner writes every slice
-inline constexpr int32_t kCopyModeSami = 1;       // member i of g writes slices j = i (mod g)
-inline constexpr int32_t kCopyModeSamiOwner = 2;  // SAMI + an owner outside the group as writer g
-                                                  // of g + 1 (owner-assisted SAMI)
-// Plan -> copy list (plan order). Point-to-point broadcasts become owner-direct ops; resident
-// broadcasts are copied again (the runtime keeps no replica across generations yet).
-std::vector<CopyOp> make_copy_list(const Plan& plan);
 // Throws iser::Error naming the op and field when an op is outside the configuration.
 void validate_copy_list(const RuntimeConfig& config, std::span<const CopyOp> ops);
 
-// Device status of one local rank (read after the work completed).
-enum class StatusCode : uint32_t {
-  kOk = 0,
-  kCountTimeout = 1,     // count exchange: `peer` never published `tag` (the epoch)
-  kReadyTimeout = 2,     // READY gate: writer `peer` never published generation `tag`
-  kFenceTimeout = 3,     // reuse fence: member `peer` never released the bank of generation `tag`
-  kCopyFailed = 4,       // writer `peer` published generation `tag` as failed
-  kReadyOvertaken = 5,   // writer `peer` is already past generation `tag` (gate ran too late)
-  kHostLaneTimeout = 6,  // host lane: owner `peer` never staged (or staged as failed) generation
-                         // `tag`; the member publishes READY `tag` as failed
-  kCountOvertaken = 7,   // count exchange: `peer` is already past epoch `tag` (this rank ran
-                         // late, after a timeout); the matrix is not that epoch's
-  kGateEarly = 8,        // kDeviceGeneration gate/release ran before its replicate: generation
-                         // `tag` was already gated/released (nothing validated/released)
-};
 struct RuntimeStatus {
   StatusCode code = StatusCode::kOk;
   int32_t peer = -1;

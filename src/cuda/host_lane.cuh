@@ -1,4 +1,4 @@
-// Host lane of p2p-sami-host (runtime/host_lane.h) inside the replication kernel: the host-lane
+// Host lane of p2p-sami-host (cuda/host_lane.h) inside the replication kernel: the host-lane
 // CTAs (after the copy CTAs) stage the tail of the owner's ops in pinned host memory, or fetch it
 // from there into the member's helper slot, one 32-KiB chunk (one flag) at a time.
 //
@@ -15,10 +15,10 @@
 #include <type_traits>
 
 #include "cuda/bulk_copy.cuh"
+#include "cuda/host_lane.h"
 #include "cuda/kernels.h"
 #include "cuda/replicate_base.cuh"
 #include "cuda/sync.cuh"
-#include "runtime/host_lane.h"
 
 namespace iser::cuda {
 

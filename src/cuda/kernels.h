@@ -8,9 +8,10 @@
 
 #include <cuda_runtime.h>
 
-#include "iser/runtime.h"
-#include "runtime/host_lane.h"
-#include "runtime/layout.h"
+#include "cuda/host_lane.h"
+#include "cuda/region_layout.h"
+#include "iser/copy_list.h"
+#include "iser/replication.h"
 
 namespace iser::cuda {
 
@@ -55,10 +56,10 @@ struct ReplicateArgs {
   int32_t num_ops = 0;
   int32_t layer = 0;
   uint64_t generation = 0;     // kDeviceGeneration: the rank's last generation + 1 (bank g % banks)
-  int32_t mode_override = -1;  // -1: as each op says; else a kCopyMode* (runtime/writers.h)
+  int32_t mode_override = -1;  // -1: as each op says; else a kCopyMode* (cuda/writers.h)
   StoreKind store = StoreKind::kPeer;
   char* const* multicast_bases = nullptr;  // device array, multicast_group_index -> object
-  // p2p-sami-host (runtime/host_lane.h): the tail of host_slices slices of every op goes through
+  // p2p-sami-host (cuda/host_lane.h): the tail of host_slices slices of every op goes through
   // `staging` (pinned host memory as mapped on this device) on host_ctas extra CTAs per rank.
   int64_t host_slices = 0;
   int32_t host_ctas = 0;

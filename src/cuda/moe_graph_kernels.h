@@ -9,8 +9,8 @@
 
 #include <cuda_runtime.h>
 
-#include "iser/moe_ep_graph.h"
-#include "iser/runtime.h"
+#include "iser/copy_list.h"
+#include "iser/moe_graph_dims.h"
 
 namespace iser::cuda {
 

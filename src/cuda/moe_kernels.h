@@ -7,7 +7,7 @@
 
 #include <cuda_runtime.h>
 
-#include "iser/runtime.h"
+#include "iser/copy_list.h"
 
 namespace iser::cuda {
 

@@ -8,6 +8,7 @@
 #include "cuda/launch_check.h"
 #include "cuda/moe_kernels.h"
 #include "iser/gpu_planner.h"
+#include "iser/replication.h"
 
 namespace iser::cuda {
 namespace {

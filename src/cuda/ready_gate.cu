@@ -1,7 +1,7 @@
 // READY gate, home fallback and bank release (docs/design.md §9).
 #include "cuda/kernels.h"
 #include "cuda/sync.cuh"
-#include "runtime/writers.h"
+#include "cuda/writers.h"
 
 namespace iser::cuda {
 namespace {
@@ -21,7 +21,7 @@ struct GateParams {
   int32_t mode_override;  // as in ReplicateArgs: who wrote each op
 };
 
-// Calls f(rank) for every writer of `op` under `mode` (runtime/writers.h: the owner of an
+// Calls f(rank) for every writer of `op` under `mode` (cuda/writers.h: the owner of an
 // owner-direct op, the members of a SAMI op, the members and an owner outside the group of an
 // owner-assisted SAMI op).
 template <typename F>

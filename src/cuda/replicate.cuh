@@ -10,22 +10,22 @@
 //  - registers: each warp loads a slice into registers (16 x 16 B per lane) and stores it.
 // In both, the peer and multicast stores differ only in `store_*` (multimem.st from registers).
 // p2p-sami-host adds host-lane CTAs after the copy CTAs (blockIdx.x >= copy CTAs): they stage the
-// tail of the owner's ops in pinned host memory, or fetch it from there (runtime/host_lane.h,
+// tail of the owner's ops in pinned host memory, or fetch it from there (cuda/host_lane.h,
 // cuda/host_lane.cuh).
 #pragma once
 
 #include "cuda/bulk_copy.cuh"
 #include "cuda/host_lane.cuh"
+#include "cuda/host_lane.h"
 #include "cuda/kernels.h"
 #include "cuda/replicate_base.cuh"
 #include "cuda/sync.cuh"
-#include "runtime/host_lane.h"
-#include "runtime/writers.h"
+#include "cuda/writers.h"
 
 namespace iser::cuda {
 
 // Slices writer `w` moves for `op` under `mode`, and the slice of its task `task_idx` (who writes
-// what: runtime/writers.h).
+// what: cuda/writers.h).
 __device__ __forceinline__ int64_t op_slice_count(const CopyOp& op, int mode, int w,
                                                   int64_t num_slices) {
   return runtime::writer_slice_count(runtime::op_writer(op, mode, w), num_slices);

@@ -1,5 +1,5 @@
 // Pinned host memory mapped into every rank's address space: the staging of the p2p-sami-host
-// transport (layout: runtime/host_lane.h). RAII: the destructor unregisters / frees / unmaps and
+// transport (layout: cuda/host_lane.h). RAII: the destructor unregisters / frees / unmaps and
 // closes the creator's file descriptor.
 #pragma once
 

@@ -8,11 +8,11 @@
 #include <cuda_runtime.h>
 #include <nccl.h>
 
+#include "cuda/host_lane.h"
 #include "cuda/kernels.h"
 #include "iser/error.h"
 #include "iser/runtime.h"
 #include "runtime/all_gather.h"
-#include "runtime/host_lane.h"
 #include "runtime/host_staging.h"
 #include "runtime/layout.h"
 #include "runtime/peer_memory.h"

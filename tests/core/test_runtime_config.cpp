@@ -8,10 +8,10 @@
 #include <string>
 #include <vector>
 
+#include "cuda/writers.h"
 #include "iser/error.h"
 #include "iser/runtime.h"
 #include "runtime/layout.h"
-#include "runtime/writers.h"
 
 namespace iser {
 namespace {

@@ -1,4 +1,4 @@
-// CPU half of the p2p-sami-host transport (runtime/host_lane.h): the slice split between the
+// CPU half of the p2p-sami-host transport (cuda/host_lane.h): the slice split between the
 // NVLink writers and the host lane, the staging layout, and the configuration checks.
 #include <gtest/gtest.h>
 
@@ -7,10 +7,11 @@
 #include <string>
 #include <vector>
 
+#include "cuda/host_lane.h"
+#include "cuda/writers.h"
 #include "iser/error.h"
 #include "iser/runtime.h"
-#include "runtime/host_lane.h"
-#include "runtime/writers.h"
+#include "runtime/layout.h"
 
 namespace iser {
 namespace {

@@ -1,13 +1,13 @@
 // `iser bench moe <name> [flags]`: the GPU benchmarks of the reference MoE layer (built with
-// CUDA only; see include/iser/moe_bench.h). Flags after the benchmark name go to it unchanged.
+// CUDA only; see bench/moe/moe_bench.h). Flags after the benchmark name go to it unchanged.
 #include "commands.h"
 
 #if defined(ISER_WITH_CUDA)
 #include <string>
 #include <vector>
 
+#include "bench/moe/moe_bench.h"
 #include "iser/error.h"
-#include "iser/moe_bench.h"
 
 namespace iser::cli {
 

@@ -1,4 +1,4 @@
-// E3 analogue on one GPU (include/iser/moe_bench.h): the paper's Figure 9 with cuBLAS (GroupedMlp)
+// E3 analogue on one GPU (bench/moe/moe_bench.h): the paper's Figure 9 with cuBLAS (GroupedMlp)
 // standing in for MegaMoE. EP ranks are simulated: every rank's expert computation is the
 // same grouped gated MLP over its H home + S helper slots, so each rank is timed alone on the one
 // GPU with its own per-slot loads, and a cell reports its slowest rank.
@@ -24,16 +24,16 @@
 #include <CLI/CLI.hpp>
 #include <nlohmann/json.hpp>
 
+#include "bench/moe/bench_routing.h"
+#include "bench/moe/moe_bench.h"
 #include "core/trace/rng.h"
 #include "cuda/moe_kernels.h"
 #include "iser/counts.h"
 #include "iser/error.h"
 #include "iser/metrics.h"
 #include "iser/moe.h"
-#include "iser/moe_bench.h"
 #include "iser/policy.h"
 #include "iser/trace.h"
-#include "moe/bench_routing.h"
 #include "moe/device_buffer.h"
 
 namespace iser::moe {

@@ -1,5 +1,5 @@
 // End-to-end benchmark of the reference EP MoE layer, one process per GPU
-// (include/iser/moe_bench.h): OFF and ON invocations interleaved on the same inputs, per
+// (bench/moe/moe_bench.h): OFF and ON invocations interleaved on the same inputs, per
 // iteration the slowest rank's times (NCCL max-reduce), medians printed by rank 0.
 //
 // The launcher re-executes its own binary once per rank (rank, world size and a private NCCL
@@ -23,14 +23,14 @@
 #include <nccl.h>
 #include <CLI/CLI.hpp>
 
+#include "bench/moe/bench_routing.h"
+#include "bench/moe/moe_bench.h"
 #include "cuda/moe_kernels.h"
 #include "iser/error.h"
 #include "iser/metrics.h"
-#include "iser/moe_bench.h"
 #include "iser/moe_ep_graph.h"
 #include "iser/moe_ep_layer.h"
 #include "iser/trace.h"
-#include "moe/bench_routing.h"
 #include "moe/device_buffer.h"
 
 extern char** environ;

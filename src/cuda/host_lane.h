@@ -3,20 +3,22 @@
 //
 // Every op's slices split in two:
 //  - the head [0, nvlink_slices) moves over NVLink exactly as p2p-sami-owner moves a whole bundle
-//    (runtime/writers.h: writer k of n moves j = k (mod n), j < nvlink_slices);
+//    (cuda/writers.h: writer k of n moves j = k (mod n), j < nvlink_slices);
 //  - the tail [nvlink_slices, num_slices) takes the host lane: the owner stores it once into
 //    pinned host memory (posted writes over its own PCIe link) and publishes one flag per chunk;
 //    every other member polls the flags and reads the chunks over its own PCIe link into its own
 //    helper slot. An owner inside its group copies the tail into its own slot from its home.
 // PCIe runs beside NVLink, so the tail adds bandwidth instead of sharing the NVLink ports; host
 // memory is also a one-write, many-reads broadcast for groups of g > 1.
+// Namespace runtime: part of the runtime's device protocol, kept in the cuda layer because the
+// kernels address it and a layer includes only the layers below it.
 #pragma once
 
 #include <cstdint>
 
-#include "iser/runtime.h"
-#include "runtime/layout.h"
-#include "runtime/writers.h"
+#include "cuda/region_layout.h"
+#include "cuda/writers.h"
+#include "iser/replication.h"
 
 namespace iser::runtime {
 
@@ -91,14 +93,5 @@ struct StagingLayout {
                     int64_t{4096});
   }
 };
-
-inline StagingLayout make_staging_layout(const RuntimeConfig& config) {
-  StagingLayout s;
-  s.num_ranks = config.num_ranks;
-  s.num_slots = config.num_slots;
-  s.num_banks = config.num_banks;
-  s.capacity = host_lane_slices(config.bundle.num_slices(), config.host_share);
-  return s;
-}
 
 }  // namespace iser::runtime

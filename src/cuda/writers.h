@@ -1,5 +1,5 @@
 // Who moves which 8-KiB slices of a CopyOp (docs/design.md §9). Header-only and CUDA-free: the
-// replicate kernel, the READY gate and the CPU tests share it.
+// replicate kernel, the READY gate, the runtime and the CPU tests share it.
 //
 // The writers of an op under a copy mode (CopyOp::mode, or the transport's override):
 //  - owner-direct: the owner alone (writer 0 of 1), inside or outside the group;
@@ -8,11 +8,13 @@
 //    (inside, it already is a member: plain SAMI).
 // Writer k of n moves slices j = k (mod n) and stores each to every member of the group, so every
 // member's helper slot receives each slice exactly once.
+// Namespace runtime: part of the runtime's device protocol, kept in the cuda layer because the
+// kernels address it and a layer includes only the layers below it.
 #pragma once
 
 #include <cstdint>
 
-#include "iser/runtime.h"
+#include "iser/copy_list.h"
 
 namespace iser::runtime {
 

@@ -1,12 +1,13 @@
 // CUDA-free half of the runtime API (include/iser/runtime.h): configuration, bundle layout,
-// fingerprints, copy lists, the multicast guard and its address arithmetic.
+// fingerprints, copy-list checks, the multicast guard and its address arithmetic. Built in every
+// build (CPU builds too: the CPU tests check it).
 #include <algorithm>
 #include <cstdlib>
 #include <cstring>
 
+#include "cuda/host_lane.h"
 #include "iser/error.h"
 #include "iser/runtime.h"
-#include "runtime/host_lane.h"
 
 namespace iser {
 namespace {
@@ -150,22 +151,6 @@ void check_fingerprints(std::span<const ConfigFingerprint> per_rank) {
     field("bundle scale_bytes", ref.scale_bytes, f.scale_bytes);
     field("host-lane slices (host_share)", ref.host_slices, f.host_slices);
   }
-}
-
-std::vector<CopyOp> make_copy_list(const Plan& plan) {
-  std::vector<CopyOp> ops;
-  ops.reserve(plan.broadcasts.size());
-  for (const Broadcast& b : plan.broadcasts) {
-    CopyOp op;
-    op.expert = b.expert;
-    op.owner = b.owner;
-    op.group_begin = b.group_begin;
-    op.group_size = b.group_size;
-    op.helper = b.helper;
-    op.mode = b.mode == TransportMode::kSami ? kCopyModeSami : kCopyModeDirect;
-    ops.push_back(op);
-  }
-  return ops;
 }
 
 void validate_copy_list(const RuntimeConfig& config, std::span<const CopyOp> ops) {

@@ -1,4 +1,4 @@
-#include "moe/bench_routing.h"
+#include "bench/moe/bench_routing.h"
 
 #include <charconv>
 #include <cstdio>
