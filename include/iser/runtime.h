@@ -16,11 +16,13 @@
 #include <span>
 #include <string>
 #include <string_view>
+#include <utility>
 #include <vector>
 
 #include "iser/plan.h"
 
 struct CUstream_st;
+struct CUevent_st;
 struct ncclComm;
 
 namespace iser {
@@ -285,7 +287,7 @@ class Runtime {
   void release_bank(uint64_t generation, StreamHandle stream);
 
   // The generation local rank `local_idx`'s last replicate published (the device counter that
-  // kDeviceGeneration continues from; synchronises the device).
+  // kDeviceGeneration continues from; waits for the runtime's work like status()).
   uint64_t last_generation(int local_idx) const;
   // Local tuning of the SM copy (RuntimeConfig::copy_path / copy_warps / copy_stages; validated
   // like the configuration). Ranks may differ; takes effect with the next replicate call.
@@ -300,7 +302,12 @@ class Runtime {
   // Slices of every op that p2p-sami-host moves through host memory (0: none).
   int64_t host_slices() const;
 
-  // Status of local rank `local_idx` (synchronises the device); check_status throws on errors.
+  // Status of local rank `local_idx` once the runtime's work enqueued so far completed;
+  // check_status throws on errors. It waits for that work only, never for the whole device: every
+  // call that enqueues device work records an event on its stream, status() waits for those
+  // events and then reads the status words on the runtime's own stream, so the application's
+  // other streams keep running. A stream being captured into a CUDA graph records no event:
+  // synchronise a graph launch (its stream) before reading the status of the work it holds.
   RuntimeStatus status(int local_idx) const;
   void check_status() const;
   // Clears the status words (code, peer, tag, fallback count) of every local rank, enqueued on
@@ -322,6 +329,10 @@ class Runtime {
   void map_staging();
   void check_local(int local_idx) const;
   void release() noexcept;
+  // After a call enqueued device work on `stream`: records the stream's event (status()).
+  void track(StreamHandle stream);
+  // Local rank `local_idx`'s device scratch (status words, counters) after the tracked work.
+  void read_scratch(int local_idx, void* scratch, int64_t bytes) const;
   void launch_replicate(int local_begin, int local_end, const CopyOp* ops, int num_ops, int layer,
                         uint64_t generation, Transport transport, StreamHandle stream, int num_sms);
 
@@ -338,6 +349,10 @@ class Runtime {
   void* device_ce_ops_ = nullptr;         // copy-engine transport: staged copy list
   double host_share_ = 0.0;               // p2p-sami-host: current share (<= config_.host_share)
   std::unique_ptr<HostStaging> staging_;  // p2p-sami-host: pinned host staging
+  // Status reads: the runtime's own stream (created at the first read) and, per stream the
+  // runtime enqueued work on since the last read, an event after that work.
+  mutable StreamHandle status_stream_ = nullptr;
+  mutable std::vector<std::pair<StreamHandle, CUevent_st*>> tracked_;
 };
 
 // Multicast (NVLS) is allowed only where NCCL_NVLS_ENABLE is set and not "0". Returns false with

@@ -200,6 +200,10 @@ Runtime::~Runtime() {
 
 void Runtime::release() noexcept {
   cudaDeviceSynchronize();
+  for (const auto& [stream, event] : tracked_) cudaEventDestroy(event);
+  tracked_.clear();
+  if (status_stream_ != nullptr) cudaStreamDestroy(status_stream_);
+  status_stream_ = nullptr;
   staging_.reset();
   for (char* p : opened_handles_) cudaIpcCloseMemHandle(p);
   opened_handles_.clear();
@@ -255,16 +259,6 @@ cuda::RankSpace make_space(const RuntimeConfig& config, void* peer_bases, int fi
   return space;
 }
 
-// One local rank's scratch, after the device drained.
-cuda::Scratch read_scratch(const void* device_scratch, int local_idx) {
-  ISER_CUDA_CHECK(cudaDeviceSynchronize());
-  cuda::Scratch scratch{};
-  ISER_CUDA_CHECK(cudaMemcpy(
-      &scratch, static_cast<const char*>(device_scratch) + cuda::scratch_bytes() * local_idx,
-      sizeof(scratch), cudaMemcpyDeviceToHost));
-  return scratch;
-}
-
 // Who writes an op under a transport (-1: as the op says).
 int32_t mode_override(Transport transport) {
   switch (transport) {
@@ -299,6 +293,7 @@ void Runtime::exchange_counts_ranks(int local_begin, int local_end, const int32_
   ISER_CUDA_CHECK(cuda::launch_count_exchange(
       make_space(config_, device_peer_bases_, first_rank_, device_scratch_), rows, matrix, epoch,
       local_begin, local_end, stream));
+  track(stream);
 }
 
 void Runtime::replicate(const CopyOp* ops, int num_ops, int layer, uint64_t generation,
@@ -370,6 +365,7 @@ void Runtime::launch_replicate(int local_begin, int local_end, const CopyOp* ops
       local_end, copy_ctas,
       cuda::resolve_copy_shape(config_.copy_path, config_.copy_warps, config_.copy_stages),
       stream));
+  track(stream);
 }
 
 void Runtime::replicate_copy_engine(std::span<const CopyOp> ops, int layer, uint64_t generation,
@@ -402,6 +398,7 @@ void Runtime::replicate_copy_engine(std::span<const CopyOp> ops, int layer, uint
     }
   }
   ISER_CUDA_CHECK(cuda::launch_publish_ready(space, generation, num_local_ranks_, stream));
+  track(stream);
 }
 
 void Runtime::ready_gate(const CopyOp* ops, int num_ops, uint64_t generation, int32_t* slot_expert,
@@ -413,6 +410,7 @@ void Runtime::ready_gate(const CopyOp* ops, int num_ops, uint64_t generation, in
   ISER_CUDA_CHECK(cuda::launch_ready_gate(
       make_space(config_, device_peer_bases_, first_rank_, device_scratch_), ops, num_ops,
       generation, slot_expert, mode_override(transport), num_local_ranks_, stream));
+  track(stream);
 }
 
 void Runtime::fallback_rewrite(const int32_t* slot_expert, const int32_t* expert_ids,
@@ -420,17 +418,56 @@ void Runtime::fallback_rewrite(const int32_t* slot_expert, const int32_t* expert
   ISER_CUDA_CHECK(cuda::launch_fallback_rewrite(
       make_space(config_, device_peer_bases_, first_rank_, device_scratch_), slot_expert,
       expert_ids, slot_ids, routes_per_rank, num_local_ranks_, stream));
+  track(stream);
 }
 
 void Runtime::release_bank(uint64_t generation, StreamHandle stream) {
   ISER_CUDA_CHECK(cuda::launch_release_bank(
       make_space(config_, device_peer_bases_, first_rank_, device_scratch_), generation,
       num_local_ranks_, stream));
+  track(stream);
+}
+
+// NOTE: the events order a status read after the runtime's own work on every stream it was
+// given (a kernel that reports writes the status word before it completes), without waiting
+// for anything else the application runs on the device. One event per stream, re-recorded:
+// the last work on a stream completes after the earlier work there.
+void Runtime::track(StreamHandle stream) {
+  cudaStreamCaptureStatus capture = cudaStreamCaptureStatusNone;
+  if (cudaStreamIsCapturing(stream, &capture) != cudaSuccess) {
+    (void)cudaGetLastError();  // the legacy stream during another stream's global capture
+    return;
+  }
+  if (capture != cudaStreamCaptureStatusNone) return;
+  for (const auto& [tracked, event] : tracked_) {
+    if (tracked == stream) {
+      ISER_CUDA_CHECK(cudaEventRecord(event, stream));
+      return;
+    }
+  }
+  cudaEvent_t event = nullptr;
+  ISER_CUDA_CHECK(cudaEventCreateWithFlags(&event, cudaEventDisableTiming));
+  tracked_.emplace_back(stream, event);
+  ISER_CUDA_CHECK(cudaEventRecord(event, stream));
+}
+
+void Runtime::read_scratch(int local_idx, void* scratch, int64_t bytes) const {
+  check_local(local_idx);
+  for (const auto& [stream, event] : tracked_) ISER_CUDA_CHECK(cudaEventSynchronize(event));
+  for (const auto& [stream, event] : tracked_) cudaEventDestroy(event);
+  tracked_.clear();
+  if (status_stream_ == nullptr) {
+    ISER_CUDA_CHECK(cudaStreamCreateWithFlags(&status_stream_, cudaStreamNonBlocking));
+  }
+  ISER_CUDA_CHECK(cudaMemcpyAsync(
+      scratch, static_cast<const char*>(device_scratch_) + cuda::scratch_bytes() * local_idx,
+      static_cast<size_t>(bytes), cudaMemcpyDeviceToHost, status_stream_));
+  ISER_CUDA_CHECK(cudaStreamSynchronize(status_stream_));
 }
 
 RuntimeStatus Runtime::status(int local_idx) const {
-  check_local(local_idx);
-  const cuda::Scratch scratch = read_scratch(device_scratch_, local_idx);
+  cuda::Scratch scratch{};
+  read_scratch(local_idx, &scratch, sizeof(scratch));
   RuntimeStatus s;
   s.code = static_cast<StatusCode>(scratch.code);
   s.peer = scratch.peer;
@@ -441,7 +478,9 @@ RuntimeStatus Runtime::status(int local_idx) const {
 
 uint64_t Runtime::last_generation(int local_idx) const {
   check_local(local_idx);
-  return read_scratch(device_scratch_, local_idx).generation;
+  cuda::Scratch scratch{};
+  read_scratch(local_idx, &scratch, sizeof(scratch));
+  return scratch.generation;
 }
 
 void Runtime::set_copy_shape(CopyPath path, int warps, int stages) {
@@ -489,6 +528,7 @@ void Runtime::clear_status(StreamHandle stream) {
   ISER_CUDA_CHECK(cudaMemset2DAsync(device_scratch_, cuda::scratch_bytes(), 0,
                                     offsetof(cuda::Scratch, replicate_arrivals), num_local_ranks_,
                                     stream));
+  track(stream);
   // NOTE: the legacy stream is not ordered before non-blocking streams: wait for the clearing so
   // that it cannot land after (and erase) a status the caller's next work reports.
   if (stream == nullptr) ISER_CUDA_CHECK(cudaStreamSynchronize(nullptr));
