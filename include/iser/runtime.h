@@ -29,6 +29,10 @@ namespace iser {
 
 using StreamHandle = CUstream_st*;
 
+namespace testing {
+struct Access;  // include/iser/testing/hooks.h (testing-only; not installed)
+}  // namespace testing
+
 // Bumped whenever the memory layout or the device protocol changes; ranks must agree.
 inline constexpr int kRuntimeVersion = 3;         // 2: p2p-sami-host (host staging, fingerprint)
                                                   // 3: count rows stamped by epoch
@@ -69,10 +73,11 @@ struct BundleLayout {
 };
 
 enum class Transport : uint8_t {
-  kP2PDirect = 0,     // writer(s) store every slice to every member (SAMI ops keep SAMI slicing)
-  kP2PSami = 1,       // every op uses SAMI slicing: member i moves slices j = i (mod g)
-  kCopyEngine = 2,    // cudaMemcpyAsync from the owner to every member (needs a host copy list)
-  kMulticast = 3,     // multimem stores to a multicast object (refused where NCCL_NVLS_ENABLE=0)
+  kP2PDirect = 0,   // writer(s) store every slice to every member (SAMI ops keep SAMI slicing)
+  kP2PSami = 1,     // every op uses SAMI slicing: member i moves slices j = i (mod g)
+  kCopyEngine = 2,  // cudaMemcpyAsync from the owner to every member (needs a host copy list)
+  // 3 is kept free for an NVLink multicast transport: the kernels' multimem store path is
+  // compiled, but the runtime binds no multicast objects, so none is offered.
   kPlan = 4,          // as the plan says: owner-direct ops direct, SAMI ops SAMI (the default)
   kP2PSamiOwner = 5,  // owner-assisted SAMI: every op SAMI, and an owner outside its group of g
                       // joins the members as writer g of g + 1 (slices j = g (mod g + 1)): the
@@ -84,9 +89,12 @@ enum class Transport : uint8_t {
                       // its own (src/runtime/host_lane.h). host_share 0: exactly p2p-sami-owner
 };
 std::string_view to_string(Transport transport);
-Transport transport_from_string(std::string_view name);  // "p2p-direct", "p2p-sami", ...
+// "p2p-direct", "p2p-sami", ...; "multicast" throws iser::Error saying why it is not offered.
+Transport transport_from_string(std::string_view name);
 
-// How the SM transports (p2p-direct, p2p-sami, plan) move a slice.
+// How the SM transports (p2p-direct, p2p-sami, plan) move a slice through the SM: a tuning knob
+// of the copy loop, not a way of moving bytes between ranks (that is Transport / TransportMode);
+// every path moves the same slices between the same ranks.
 enum class CopyPath : uint8_t {
   kBulk = 0,       // Hopper TMA: cp.async.bulk global -> shared (mbarrier pipeline), then bulk
                    // stores shared -> each member; a few threads keep many slices in flight
@@ -145,12 +153,12 @@ struct CopyOp {
   int32_t group_begin = 0;
   int32_t group_size = 0;
   int32_t helper = 0;  // helper index h: local slot H + h on every member
-  int32_t mode = 0;    // kCopyMode*: who writes (src/runtime/writers.h)
+  // Who writes (src/runtime/writers.h): kOwnerDirect (the owner writes every slice), kSami
+  // (member i of g writes slices j = i (mod g)) or kSamiOwner (SAMI + an owner outside the group
+  // as writer g of g + 1).
+  TransportMode mode = TransportMode::kOwnerDirect;
 };
-inline constexpr int32_t kCopyModeDirect = 0;     // the owner writes every slice
-inline constexpr int32_t kCopyModeSami = 1;       // member i of g writes slices j = i (mod g)
-inline constexpr int32_t kCopyModeSamiOwner = 2;  // SAMI + an owner outside the group as writer g
-                                                  // of g + 1 (owner-assisted SAMI)
+static_assert(sizeof(CopyOp) == 6 * sizeof(int32_t), "CopyOp is read by kernels as six int32");
 // Plan -> copy list (plan order). Point-to-point broadcasts become owner-direct ops; resident
 // broadcasts are copied again (the runtime keeps no replica across generations yet).
 std::vector<CopyOp> make_copy_list(const Plan& plan);
@@ -244,11 +252,6 @@ class Runtime {
   // Each rank's epoch must be exactly the one its peers publish: a rank that finds a peer past
   // it (it ran late, after a timeout) reports kCountOvertaken instead of reading a reused row.
   void exchange_counts(const int32_t* rows, int32_t* matrix, uint64_t epoch, StreamHandle stream);
-  // Logical mode only: the count exchange of local ranks [local_begin, local_end) (`rows` and
-  // `matrix` still indexed by local rank from 0; fault injection and per-rank streams in tests).
-  void exchange_counts_ranks(int local_begin, int local_end, const int32_t* rows, int32_t* matrix,
-                             uint64_t epoch, StreamHandle stream);
-
   // Replicate generation `generation` (>= 1, increasing by one per call, or kDeviceGeneration:
   // the rank's last generation + 1; CUDA-graph capturable) of layer `layer`'s
   // home bundles. `ops` is a device array of `num_ops` CopyOp (identical on every rank).
@@ -257,11 +260,6 @@ class Runtime {
   // `num_sms` <= 0 means config().copy_sms.
   void replicate(const CopyOp* ops, int num_ops, int layer, uint64_t generation,
                  Transport transport, StreamHandle stream, int num_sms = 0);
-  // Logical mode only: replicate for local ranks [local_begin, local_end) (fault injection and
-  // per-rank streams in tests).
-  void replicate_ranks(int local_begin, int local_end, const CopyOp* ops, int num_ops, int layer,
-                       uint64_t generation, Transport transport, StreamHandle stream,
-                       int num_sms = 0);
   // Copy-engine transport: the copy list must be on the host; owners issue cudaMemcpyAsync to
   // every member, then READY is published. The list is staged in one runtime-owned buffer: keep
   // copy-engine calls of one runtime on one stream. Explicit generations only (the host picks
@@ -323,6 +321,17 @@ class Runtime {
   void* peer_base(int rank_idx) const;
 
  private:
+  friend struct testing::Access;  // include/iser/testing/hooks.h: the per-rank calls below
+  // Testing (logical mode only): the count exchange of local ranks [local_begin, local_end) (`rows`
+  // and `matrix` still indexed by local rank from 0; fault injection and per-rank streams in
+  // tests).
+  void exchange_counts_ranks(int local_begin, int local_end, const int32_t* rows, int32_t* matrix,
+                             uint64_t epoch, StreamHandle stream);
+  // Testing (logical mode only): replicate for local ranks [local_begin, local_end) (fault
+  // injection and per-rank streams in tests).
+  void replicate_ranks(int local_begin, int local_end, const CopyOp* ops, int num_ops, int layer,
+                       uint64_t generation, Transport transport, StreamHandle stream,
+                       int num_sms = 0);
   explicit Runtime(const RuntimeConfig& config);
   void allocate(int num_local);
   void map_peers();
@@ -356,7 +365,7 @@ class Runtime {
 };
 
 // Multicast (NVLS) is allowed only where NCCL_NVLS_ENABLE is set and not "0". Returns false with
-// the reason otherwise; runtime calls asking for kMulticast throw iser::Error with it.
+// the reason otherwise (a multicast transport would refuse to start with it).
 bool multicast_allowed(std::string* reason = nullptr);
 
 // Address arithmetic of the multicast store path (host-testable): the byte offset inside a

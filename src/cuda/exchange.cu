@@ -114,18 +114,16 @@ __global__ void __launch_bounds__(CountExchangeConfig::kThreads)
 
 }  // namespace
 
-cudaError_t launch_count_exchange(const RankSpace& space, const int32_t* rows, int32_t* matrix,
-                                  uint64_t epoch, int local_begin, int local_end,
-                                  cudaStream_t stream) {
+void launch_count_exchange(const RankSpace& space, const int32_t* rows, int32_t* matrix,
+                           uint64_t epoch, int local_begin, int local_end, cudaStream_t stream) {
   CountExchangeParams params{space, rows, matrix, epoch, local_begin};
   count_exchange_kernel<<<local_end - local_begin, CountExchangeConfig::kThreads, 0, stream>>>(
       params);
-  return cudaGetLastError();
+  ISER_CHECK_LAUNCH("count_exchange_kernel");
 }
 
-cudaError_t preload_exchange_kernels() {
-  cudaFuncAttributes attributes{};
-  return cudaFuncGetAttributes(&attributes, reinterpret_cast<const void*>(&count_exchange_kernel));
+void preload_exchange_kernels() {
+  preload_functions({reinterpret_cast<const void*>(&count_exchange_kernel)});
 }
 
 }  // namespace iser::cuda

@@ -25,6 +25,7 @@
 #include <nlohmann/json.hpp>
 
 #include "core/trace/rng.h"
+#include "cuda/device_buffer.h"
 #include "cuda/moe_kernels.h"
 #include "iser/counts.h"
 #include "iser/error.h"
@@ -34,9 +35,10 @@
 #include "iser/policy.h"
 #include "iser/trace.h"
 #include "moe/bench_routing.h"
-#include "moe/device_buffer.h"
 
 namespace iser::moe {
+
+using cuda::DeviceBuffer;
 namespace {
 
 struct E3Options {

@@ -23,6 +23,7 @@
 #include <nccl.h>
 #include <CLI/CLI.hpp>
 
+#include "cuda/device_buffer.h"
 #include "cuda/moe_kernels.h"
 #include "iser/error.h"
 #include "iser/metrics.h"
@@ -31,11 +32,12 @@
 #include "iser/moe_ep_layer.h"
 #include "iser/trace.h"
 #include "moe/bench_routing.h"
-#include "moe/device_buffer.h"
 
 extern char** environ;
 
 namespace iser::moe {
+
+using cuda::DeviceBuffer;
 namespace {
 
 struct LayerBenchOptions {

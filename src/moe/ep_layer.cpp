@@ -10,6 +10,7 @@
 #include <string>
 #include <vector>
 
+#include "cuda/device_buffer.h"
 #include "cuda/moe_kernels.h"
 #include "iser/counts.h"
 #include "iser/error.h"
@@ -18,10 +19,11 @@
 #include "iser/policy.h"
 #include "iser/rewrite.h"
 #include "iser/validator.h"
-#include "moe/device_buffer.h"
 #include "moe/routing_maps.h"
 
 namespace iser::moe {
+
+using cuda::DeviceBuffer;
 namespace {
 
 class Event {

@@ -8,6 +8,7 @@
 #include <cuda_runtime.h>
 #include <nccl.h>
 
+#include "cuda/device_buffer.h"
 #include "cuda/kernels.h"
 #include "iser/error.h"
 #include "iser/runtime.h"
@@ -22,8 +23,8 @@ namespace {
 template <typename T>
 std::vector<T> all_gather(ncclComm* comm, const T& mine, int num_ranks) {
   static_assert(std::is_trivially_copyable_v<T>);
-  char* device = nullptr;
-  ISER_CUDA_CHECK(cudaMalloc(&device, sizeof(T) * (num_ranks + 1)));
+  const cuda::DeviceBuffer buffer(sizeof(T) * (num_ranks + 1));
+  char* device = buffer.get<char>();
   std::vector<T> all(num_ranks);
   cudaStream_t stream = nullptr;
   try {
@@ -37,11 +38,9 @@ std::vector<T> all_gather(ncclComm* comm, const T& mine, int num_ranks) {
         cudaMemcpy(all.data(), device + sizeof(T), sizeof(T) * num_ranks, cudaMemcpyDeviceToHost));
   } catch (...) {
     if (stream) cudaStreamDestroy(stream);
-    cudaFree(device);
     throw;
   }
   cudaStreamDestroy(stream);
-  cudaFree(device);
   return all;
 }
 
@@ -188,9 +187,9 @@ void Runtime::allocate(int num_local) {
   ISER_CUDA_CHECK(cudaMalloc(&device_scratch_, cuda::scratch_bytes() * num_local));
   ISER_CUDA_CHECK(cudaMemset(device_scratch_, 0, cuda::scratch_bytes() * num_local));
   ISER_CUDA_CHECK(cudaMalloc(&device_ce_ops_, sizeof(CopyOp) * kMaxLocalCopyOps));
-  ISER_CUDA_CHECK(cuda::preload_replicate_kernels());
-  ISER_CUDA_CHECK(cuda::preload_exchange_kernels());
-  ISER_CUDA_CHECK(cuda::preload_gate_kernels());
+  cuda::preload_replicate_kernels();
+  cuda::preload_exchange_kernels();
+  cuda::preload_gate_kernels();
   ISER_CUDA_CHECK(cudaDeviceSynchronize());
 }
 
@@ -259,22 +258,21 @@ cuda::RankSpace make_space(const RuntimeConfig& config, void* peer_bases, int fi
   return space;
 }
 
-// Who writes an op under a transport (-1: as the op says).
+// Who writes an op under a transport (kNoModeOverride: as the op says).
 int32_t mode_override(Transport transport) {
   switch (transport) {
     case Transport::kP2PDirect:
     case Transport::kCopyEngine:
-      return kCopyModeDirect;
+      return runtime::mode_override_of(TransportMode::kOwnerDirect);
     case Transport::kP2PSami:
-      return kCopyModeSami;
+      return runtime::mode_override_of(TransportMode::kSami);
     case Transport::kP2PSamiOwner:
     case Transport::kP2PSamiHost:  // the same writers; the host lane adds no writer
-      return kCopyModeSamiOwner;
+      return runtime::mode_override_of(TransportMode::kSamiOwner);
     case Transport::kPlan:
-    case Transport::kMulticast:
-      return -1;
+      return runtime::kNoModeOverride;
   }
-  return -1;
+  return runtime::kNoModeOverride;
 }
 
 }  // namespace
@@ -290,9 +288,8 @@ void Runtime::exchange_counts_ranks(int local_begin, int local_end, const int32_
   ISER_CHECK(0 <= local_begin && local_begin < local_end && local_end <= num_local_ranks_,
              "count exchange: local ranks [{}, {}) not inside [0, {})", local_begin, local_end,
              num_local_ranks_);
-  ISER_CUDA_CHECK(cuda::launch_count_exchange(
-      make_space(config_, device_peer_bases_, first_rank_, device_scratch_), rows, matrix, epoch,
-      local_begin, local_end, stream));
+  cuda::launch_count_exchange(make_space(config_, device_peer_bases_, first_rank_, device_scratch_),
+                              rows, matrix, epoch, local_begin, local_end, stream);
   track(stream);
 }
 
@@ -329,13 +326,6 @@ void Runtime::launch_replicate(int local_begin, int local_end, const CopyOp* ops
   ISER_CHECK(transport != Transport::kCopyEngine,
              "replicate: the copy-engine transport needs a host copy list "
              "(Runtime::replicate_copy_engine)");
-  if (transport == Transport::kMulticast) {
-    std::string reason;
-    ISER_CHECK(multicast_allowed(&reason), "{}", reason);
-    throw Error(
-        "replicate: multicast transport: this build binds no multicast objects (the kernel "
-        "path is compiled; creating NVLS objects is not implemented)");
-  }
   args.mode_override = mode_override(transport);
   const int copy_ctas = num_sms > 0 ? num_sms : config_.copy_sms;
   if (transport == Transport::kP2PSamiHost && host_slices() > 0) {
@@ -360,11 +350,10 @@ void Runtime::launch_replicate(int local_begin, int local_end, const CopyOp* ops
                  needed, num_device_sms);
     }
   }
-  ISER_CUDA_CHECK(cuda::launch_replicate(
+  cuda::launch_replicate(
       make_space(config_, device_peer_bases_, first_rank_, device_scratch_), args, local_begin,
       local_end, copy_ctas,
-      cuda::resolve_copy_shape(config_.copy_path, config_.copy_warps, config_.copy_stages),
-      stream));
+      cuda::resolve_copy_shape(config_.copy_path, config_.copy_warps, config_.copy_stages), stream);
   track(stream);
 }
 
@@ -383,9 +372,9 @@ void Runtime::replicate_copy_engine(std::span<const CopyOp> ops, int layer, uint
                                     cudaMemcpyHostToDevice, stream));
   }
   const int bank = bank_of(generation);
-  ISER_CUDA_CHECK(cuda::launch_copy_engine_fence(space, static_cast<const CopyOp*>(device_ce_ops_),
-                                                 static_cast<int>(ops.size()), generation,
-                                                 config_.num_banks, num_local_ranks_, stream));
+  cuda::launch_copy_engine_fence(space, static_cast<const CopyOp*>(device_ce_ops_),
+                                 static_cast<int>(ops.size()), generation, config_.num_banks,
+                                 num_local_ranks_, stream);
   const runtime::RegionLayout& layout = space.layout;
   const int h = config_.experts_per_rank();
   for (const CopyOp& op : ops) {
@@ -397,7 +386,7 @@ void Runtime::replicate_copy_engine(std::span<const CopyOp> ops, int layer, uint
                                       cudaMemcpyDeviceToDevice, stream));
     }
   }
-  ISER_CUDA_CHECK(cuda::launch_publish_ready(space, generation, num_local_ranks_, stream));
+  cuda::launch_publish_ready(space, generation, num_local_ranks_, stream);
   track(stream);
 }
 
@@ -407,24 +396,23 @@ void Runtime::ready_gate(const CopyOp* ops, int num_ops, uint64_t generation, in
              num_ops, kMaxLocalCopyOps);
   ISER_CHECK(num_ops == 0 || ops != nullptr, "READY gate: {} ops but a null op list", num_ops);
   ISER_CHECK(slot_expert != nullptr, "READY gate: null slot_expert");
-  ISER_CUDA_CHECK(cuda::launch_ready_gate(
-      make_space(config_, device_peer_bases_, first_rank_, device_scratch_), ops, num_ops,
-      generation, slot_expert, mode_override(transport), num_local_ranks_, stream));
+  cuda::launch_ready_gate(make_space(config_, device_peer_bases_, first_rank_, device_scratch_),
+                          ops, num_ops, generation, slot_expert, mode_override(transport),
+                          num_local_ranks_, stream);
   track(stream);
 }
 
 void Runtime::fallback_rewrite(const int32_t* slot_expert, const int32_t* expert_ids,
                                int32_t* slot_ids, int64_t routes_per_rank, StreamHandle stream) {
-  ISER_CUDA_CHECK(cuda::launch_fallback_rewrite(
+  cuda::launch_fallback_rewrite(
       make_space(config_, device_peer_bases_, first_rank_, device_scratch_), slot_expert,
-      expert_ids, slot_ids, routes_per_rank, num_local_ranks_, stream));
+      expert_ids, slot_ids, routes_per_rank, num_local_ranks_, stream);
   track(stream);
 }
 
 void Runtime::release_bank(uint64_t generation, StreamHandle stream) {
-  ISER_CUDA_CHECK(cuda::launch_release_bank(
-      make_space(config_, device_peer_bases_, first_rank_, device_scratch_), generation,
-      num_local_ranks_, stream));
+  cuda::launch_release_bank(make_space(config_, device_peer_bases_, first_rank_, device_scratch_),
+                            generation, num_local_ranks_, stream);
   track(stream);
 }
 

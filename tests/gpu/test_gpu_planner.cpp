@@ -102,7 +102,7 @@ TEST(GpuPlanLayout, BoundsAndHostDecoding) {
 }
 
 TEST(GpuPlanner, MatchesCpuOnRandomSkewedTokens) {
-  SKIP_WITHOUT_GPU();
+  ISER_REQUIRE_GPUS(1);
   const int checked = check_random_inputs(variant);
   if (HasFailure()) return;
   RecordProperty("inputs", checked);
@@ -124,17 +124,17 @@ void check_repair_schedule(RepairSchedule schedule, const char* name) {
 }
 
 TEST(GpuPlanner, ScheduledRepairMatchesCpu) {
-  SKIP_WITHOUT_GPU();
+  ISER_REQUIRE_GPUS(1);
   check_repair_schedule(RepairSchedule::kScheduled, "scheduled");
 }
 
 TEST(GpuPlanner, PhaseRepairMatchesCpu) {
-  SKIP_WITHOUT_GPU();
+  ISER_REQUIRE_GPUS(1);
   check_repair_schedule(RepairSchedule::kPhases, "phase");
 }
 
 TEST(GpuPlannerIser, MatchesCpuOnRandomSkewedTokens) {
-  SKIP_WITHOUT_GPU();
+  ISER_REQUIRE_GPUS(1);
   g_iser_repeats = 0;
   const int checked = check_random_inputs(iser_variant);
   if (HasFailure()) return;
@@ -147,7 +147,7 @@ TEST(GpuPlannerIser, MatchesCpuOnRandomSkewedTokens) {
 }
 
 TEST(GpuPlanner, MatchesCpuOnRealHistograms) {
-  SKIP_WITHOUT_GPU();
+  ISER_REQUIRE_GPUS(1);
   const std::string path = shared_data("dsv41-flash/coding.csv");
   if (!std::filesystem::exists(path)) GTEST_SKIP() << "no " << path;
   const int checked = check_real_histograms(gpu_test::read_histogram_csv(path), variant);
@@ -155,7 +155,7 @@ TEST(GpuPlanner, MatchesCpuOnRealHistograms) {
 }
 
 TEST(GpuPlannerIser, MatchesCpuOnRealHistograms) {
-  SKIP_WITHOUT_GPU();
+  ISER_REQUIRE_GPUS(1);
   const std::string path = shared_data("dsv41-flash/coding.csv");
   if (!std::filesystem::exists(path)) GTEST_SKIP() << "no " << path;
   const int checked = check_real_histograms(gpu_test::read_histogram_csv(path), iser_variant);
@@ -204,12 +204,12 @@ void check_power_law(const GpuPlannerOptions& options, int num_experts, int slot
 }
 
 TEST(GpuPlanner, MatchesCpuOnPowerLawCounts) {
-  SKIP_WITHOUT_GPU();
+  ISER_REQUIRE_GPUS(1);
   check_power_law({}, 384, 4, 0.05);
 }
 
 TEST(GpuPlannerIser, MatchesCpuOnPowerLawCounts) {
-  SKIP_WITHOUT_GPU();
+  ISER_REQUIRE_GPUS(1);
   g_iser_repeats = 0;
   // S = 2 with E = 256 is the EP64 heavy-skew setting of docs/evaluation.md; S = 4, E = 384 the
   // default topology.
@@ -232,7 +232,7 @@ TEST(GpuPlannerIser, HostSideLimits) {
 }
 
 TEST(GpuPlannerIser, RewriteIsRefused) {
-  SKIP_WITHOUT_GPU();
+  ISER_REQUIRE_GPUS(1);
   const Topology topo = Topology::make(4, 16, 2);
   GpuPlanner planner(topo, 64, iser_variant(0), 4);
   std::vector<int32_t> ids(size_t{4} * 8, 0);
@@ -251,7 +251,7 @@ TEST(GpuPlannerIser, RewriteIsRefused) {
 }
 
 TEST(GpuPlanner, ReportsBadInputsInStatusWords) {
-  SKIP_WITHOUT_GPU();
+  ISER_REQUIRE_GPUS(1);
   const Topology topo = Topology::make(4, 16, 2);
   GpuPlanner planner(topo, 64);
   // Rank tokens with an out-of-range id (16) and a -5: both ignored, error bit set.
@@ -295,7 +295,7 @@ TEST(GpuPlanner, ReportsBadInputsInStatusWords) {
 }
 
 TEST(GpuPlanner, DetectsStaleTileCounts) {
-  SKIP_WITHOUT_GPU();
+  ISER_REQUIRE_GPUS(1);
   const Topology topo = Topology::make(4, 16, 4);
   const int n = 2 * cuda::kRouteTile;  // two tiles per rank
   GpuPlanner planner(topo, n, {}, 4);
@@ -326,7 +326,7 @@ TEST(GpuPlanner, DetectsStaleTileCounts) {
 }
 
 TEST(GpuPlanner, RunsInsideACudaGraph) {
-  SKIP_WITHOUT_GPU();
+  ISER_REQUIRE_GPUS(1);
   const Topology topo = Topology::make(8, 384, 4);
   const int tokens = 1024;
   const int k = 6;
