@@ -19,6 +19,7 @@ if(ISER_WITH_CUDA)
   list(APPEND iser_installed_headers ${ISER_CUDA_HEADERS} ${ISER_RUNTIME_HEADERS}
               ${ISER_MOE_HEADERS})
 endif()
+list(FILTER iser_installed_headers EXCLUDE REGEX "^testing/")  # testing-only, not installed
 list(TRANSFORM iser_installed_headers PREPEND ${PROJECT_SOURCE_DIR}/include/iser/)
 install(FILES ${iser_installed_headers} DESTINATION ${CMAKE_INSTALL_INCLUDEDIR}/iser)
 

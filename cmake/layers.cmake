@@ -8,4 +8,5 @@ set(ISER_CORE_HEADERS
     policy.h replay.h rewrite.h svg.h topology.h trace.h validator.h)
 set(ISER_CUDA_HEADERS gpu_planner.h moe_graph_dims.h replication.h)
 set(ISER_RUNTIME_HEADERS runtime.h)
-set(ISER_MOE_HEADERS moe.h moe_ep_graph.h moe_ep_layer.h moe_layer.h slot_balancer.h)
+# testing/hooks.h: testing-only access to the per-rank calls and fault hooks (not installed).
+set(ISER_MOE_HEADERS moe.h moe_ep_graph.h moe_ep_layer.h moe_layer.h slot_balancer.h testing/hooks.h)

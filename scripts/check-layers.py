@@ -60,7 +60,10 @@ def read_header_layers(root):
                 problems.append(f"cmake/layers.cmake: {header} is listed in two layers")
             layers[header] = LAYERS.index(layer)
     public_dir = os.path.join(root, "include", "iser")
-    present = set(os.listdir(public_dir)) if os.path.isdir(public_dir) else set()
+    present = set()
+    for dirpath, _, names in os.walk(public_dir):
+        for name in names:
+            present.add(os.path.relpath(os.path.join(dirpath, name), public_dir).replace(os.sep, "/"))
     for header in sorted(present - set(layers)):
         if header.endswith(SOURCE_SUFFIXES):
             problems.append(f"include/iser/{header}: in no layer list of cmake/layers.cmake")
@@ -72,8 +75,8 @@ def read_header_layers(root):
 def layer_of(rel, header_layers):
     """Layer rank of a repository-relative path, or None where no layer applies."""
     parts = rel.split("/")
-    if parts[0] == "include" and len(parts) == 3 and parts[1] == "iser":
-        return header_layers.get(parts[2])
+    if parts[0] == "include" and len(parts) >= 3 and parts[1] == "iser":
+        return header_layers.get("/".join(parts[2:]))
     if parts[0] == "src" and len(parts) > 2:
         return LAYERS.index(parts[1]) if parts[1] in LAYERS else None
     if parts[0] in TOP_DIRS:

@@ -3,7 +3,7 @@
 set -euo pipefail
 packages=(cmake g++ make libfmt-dev nlohmann-json3-dev libcli11-dev libgtest-dev libgmock-dev
           libbenchmark-dev librapidcheck-dev clang-format python3 python3-venv python3-dev
-          pkg-config coinor-libcbc-dev)
+          pkg-config coinor-libcbc-dev universal-ctags)
 missing=()
 for p in "${packages[@]}"; do
   dpkg-query -W -f='${Status}' "$p" 2>/dev/null | grep -q "install ok installed" || missing+=("$p")

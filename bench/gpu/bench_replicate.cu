@@ -266,7 +266,9 @@ std::string group_text(const Group& g) {
 std::vector<CopyOp> owner0_to_group(int num_bundles, const Group& g, int mode) {
   std::vector<CopyOp> ops;
   for (int k = 0; k < num_bundles; ++k) {
-    const int op_mode = mode >= 0 ? mode : (k % 2 ? iser::kCopyModeSami : iser::kCopyModeDirect);
+    const iser::TransportMode op_mode =
+        mode >= 0 ? static_cast<iser::TransportMode>(mode)
+                  : (k % 2 ? iser::TransportMode::kSami : iser::TransportMode::kOwnerDirect);
     ops.push_back({k, 0, g.begin, g.size, k, op_mode});
   }
   return ops;
@@ -363,10 +365,10 @@ void run_runtime_transports(World& w, const Options& o, const std::string& secti
     }
     for (const std::string& name : o.transports) {
       if (name == "nccl") continue;
-      const int mode = name == "p2p-sami" ? iser::kCopyModeSami
-                       : name == "p2p-sami-owner" || name == "p2p-sami-host"
-                           ? iser::kCopyModeSamiOwner
-                           : iser::kCopyModeDirect;
+      const int mode = static_cast<int>(name == "p2p-sami" ? iser::TransportMode::kSami
+                                        : name == "p2p-sami-owner" || name == "p2p-sami-host"
+                                            ? iser::TransportMode::kSamiOwner
+                                            : iser::TransportMode::kOwnerDirect);
       const std::vector<CopyOp> ops = owner0_to_group(num_bundles, group, mode);
       if (name != "p2p-sami-host") {
         run_transport(w, o, *rt, section, bytes, num_bundles, name, ops, device_ops, finish);

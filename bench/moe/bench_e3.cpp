@@ -27,6 +27,7 @@
 #include "bench/moe/bench_routing.h"
 #include "bench/moe/moe_bench.h"
 #include "core/trace/rng.h"
+#include "cuda/device_buffer.h"
 #include "cuda/moe_kernels.h"
 #include "iser/counts.h"
 #include "iser/error.h"
@@ -34,9 +35,10 @@
 #include "iser/moe.h"
 #include "iser/policy.h"
 #include "iser/trace.h"
-#include "moe/device_buffer.h"
 
 namespace iser::moe {
+
+using cuda::DeviceBuffer;
 namespace {
 
 struct E3Options {
@@ -371,11 +373,11 @@ struct VariantSummary {
   nlohmann::json json;
 };
 
-VariantSummary time_variant(const E3Options& opt, const Topology& topo, const GroupedMlp& mlp,
-                            RankTimer& timer, std::vector<Cell>& cells, bool decompose) {
+// The balanced control's rows per token count (opt.tokens order), each timed once and printed.
+std::vector<std::vector<int32_t>> balanced_control(const E3Options& opt, const Topology& topo,
+                                                   const GroupedMlp& mlp, RankTimer& timer) {
   const int home = topo.experts_per_rank();
   const int per_rank = topo.slots_per_rank();
-  VariantSummary summary;
   // Balanced control per token count (one rank suffices): every home slot gets tau*k/H routes,
   // or (--balanced sampled) each of the tau*k routes picks a home slot uniformly.
   // NOTE: it is timed again inside every cell, round-robin with the cell's OFF and ON ranks: on
@@ -402,6 +404,14 @@ VariantSummary time_variant(const E3Options& opt, const Topology& topo, const Gr
         padding_percent(mlp, rows));
     balanced_rows.push_back(std::move(rows));
   }
+  return balanced_rows;
+}
+
+VariantSummary time_variant(const E3Options& opt, const Topology& topo, const GroupedMlp& mlp,
+                            RankTimer& timer, std::vector<Cell>& cells, bool decompose) {
+  const int per_rank = topo.slots_per_rank();
+  VariantSummary summary;
+  const std::vector<std::vector<int32_t>> balanced_rows = balanced_control(opt, topo, mlp, timer);
 
   fmt::print("{:<9} {:>5} {:>6} {:>6} {:>6} {:>4} {:>10} {:>10} {:>10} {:>8} {:>8} {:>7} {:>6}\n",
              "routing", "layer", "tau", "R_off", "R_on", "bcst", "off_us", "on_us", "bal_us",

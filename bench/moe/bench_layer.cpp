@@ -25,17 +25,19 @@
 
 #include "bench/moe/bench_routing.h"
 #include "bench/moe/moe_bench.h"
+#include "cuda/device_buffer.h"
 #include "cuda/moe_kernels.h"
 #include "iser/error.h"
 #include "iser/metrics.h"
 #include "iser/moe_ep_graph.h"
 #include "iser/moe_ep_layer.h"
 #include "iser/trace.h"
-#include "moe/device_buffer.h"
 
 extern char** environ;
 
 namespace iser::moe {
+
+using cuda::DeviceBuffer;
 namespace {
 
 struct LayerBenchOptions {

@@ -18,12 +18,12 @@ struct CopyOp {
   int32_t group_begin = 0;
   int32_t group_size = 0;
   int32_t helper = 0;  // helper index h: local slot H + h on every member
-  int32_t mode = 0;    // kCopyMode*: who writes (src/cuda/writers.h)
+  // Who writes (src/cuda/writers.h): kOwnerDirect (the owner writes every slice), kSami
+  // (member i of g writes slices j = i (mod g)) or kSamiOwner (SAMI + an owner outside the group
+  // as writer g of g + 1).
+  TransportMode mode = TransportMode::kOwnerDirect;
 };
-inline constexpr int32_t kCopyModeDirect = 0;     // the owner writes every slice
-inline constexpr int32_t kCopyModeSami = 1;       // member i of g writes slices j = i (mod g)
-inline constexpr int32_t kCopyModeSamiOwner = 2;  // SAMI + an owner outside the group as writer g
-                                                  // of g + 1 (owner-assisted SAMI)
+static_assert(sizeof(CopyOp) == 6 * sizeof(int32_t), "CopyOp is read by kernels as six int32");
 // Plan -> copy list (plan order). Point-to-point broadcasts become owner-direct ops; resident
 // broadcasts are copied again (the runtime keeps no replica across generations yet).
 std::vector<CopyOp> make_copy_list(const Plan& plan);

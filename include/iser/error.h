@@ -1,6 +1,7 @@
 // One error vocabulary for the whole project: host checks throw iser::Error with a message that
-// names what was wrong (file, field, value); CUDA/NCCL checks add the call site; device code
-// traps through ISER_DEVICE_ASSERT.
+// names what was wrong (file, field, value); CUDA/NCCL checks add the call site. CUDA sources
+// cannot include this header (nvcc cannot compile fmt's): they report through
+// src/cuda/launch_check.h, which also holds ISER_DEVICE_ASSERT for device-side invariants.
 #pragma once
 
 #include <stdexcept>
@@ -56,14 +57,4 @@ class Error : public std::runtime_error {
                                         ncclGetErrorString(iser_nres_), #expr, __FILE__, \
                                         __LINE__));                                      \
     }                                                                                    \
-  } while (0)
-
-// Device-side invariant: prints the failed condition and traps the kernel (the launch helper's
-// ISER_CUDA_CHECK then reports it on the host).
-#define ISER_DEVICE_ASSERT(cond)                                                        \
-  do {                                                                                  \
-    if (!(cond)) {                                                                      \
-      printf("iser device assertion failed: %s at %s:%d\n", #cond, __FILE__, __LINE__); \
-      asm("trap;");                                                                     \
-    }                                                                                   \
   } while (0)

@@ -89,10 +89,6 @@ class GraphEpMoeLayer {
   void* output() const;
   Stream stream() const;  // MAIN: launch() and enqueue() run on it
 
-  // Fault injection (tests): called with the COPY stream right before the replication is
-  // enqueued, at capture (its work is then part of the graph) or in enqueue(). Empty removes it.
-  void set_copy_hook(std::function<void(Stream)> hook);
-
   // One invocation enqueued directly on stream() (the work a launch replays; no graph).
   void enqueue();
   // Captures enqueue() into a CUDA graph and instantiates it (once; again replaces it).
@@ -105,6 +101,11 @@ class GraphEpMoeLayer {
   GraphLayerResult finish();
 
  private:
+  friend struct ::iser::testing::Access;  // include/iser/testing/hooks.h: the hook below
+  // Fault injection (tests): called with the COPY stream right before the replication is
+  // enqueued, at capture (its work is then part of the graph) or in enqueue(). Empty removes it.
+  void set_copy_hook(std::function<void(Stream)> hook);
+
   struct Impl;
   std::unique_ptr<Impl> impl_;
 };

@@ -97,6 +97,11 @@ class EpMoeLayer {
   // finish() after a forward() that threw. A forward() that threw leaves the layer usable: the
   // next forward() releases the helper bank of a replication it had already enqueued.
   EpLayerTimings finish();
+  // The planner in use (kAuto resolved): kGpu or kHost.
+  PlannerKind planner() const;
+
+ private:
+  friend struct ::iser::testing::Access;  // include/iser/testing/hooks.h: the hooks below
   // Fault injection (tests): `hook` is called with the COPY stream right before each
   // replication is enqueued (e.g. to stall it); an empty function removes it.
   void set_copy_hook(std::function<void(Stream)> hook);
@@ -104,10 +109,7 @@ class EpMoeLayer {
   // plan words (GpuPlanLayout) right after the GPU planner wrote them, before the copy list is
   // derived and the plan read back (e.g. to corrupt its status word); empty removes it.
   void set_plan_hook(std::function<void(Stream, int32_t* plan_words)> hook);
-  // The planner in use (kAuto resolved): kGpu or kHost.
-  PlannerKind planner() const;
 
- private:
   struct Impl;
   std::unique_ptr<Impl> impl_;
 };

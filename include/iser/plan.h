@@ -12,10 +12,15 @@
 
 namespace iser {
 
-enum class TransportMode : std::uint8_t {
+// Who moves a broadcast's bytes: the one per-broadcast vocabulary of plans, copy lists
+// (CopyOp::mode) and the replication kernels. Transport (runtime.h) is a different thing: the
+// mechanism one replicate call uses, which may override every op's mode.
+enum class TransportMode : std::int32_t {
   kOwnerDirect = 0,   // the owner (a group member) sends the whole bundle to the group
   kSami = 1,          // member i moves slices j = i (mod g) from the owner to the group
-  kPointToPoint = 2,  // baselines: one payload per replica
+  kPointToPoint = 2,  // baselines: one payload per replica (a copy list makes it owner-direct)
+  kSamiOwner = 3,     // copy lists only (Transport::kP2PSamiOwner): SAMI plus an owner outside
+                      // the group as writer g of g + 1; no planner produces it
 };
 std::string_view to_string(TransportMode mode);
 

@@ -14,6 +14,8 @@
 #pragma once
 
 #include <cstdint>
+#include <optional>
+#include <string_view>
 #include <vector>
 
 #include "iser/counts.h"
@@ -43,6 +45,19 @@ struct HaloQOptions {
   // group at its turn of the coloring (Broadcast::resident = true: moves no bytes). Null: none.
   const Plan* previous = nullptr;
 };
+
+// A policy of the HALO-Q family as planner settings: its HaloQOptions (min_move 0, previous
+// null), whether it keeps the previous invocation's replicas (`resident`: the policy applies
+// PolicyOptions::min_move and passes the previous plan) and whether it runs plan_iser.
+struct HaloQVariant {
+  HaloQOptions options;
+  bool resident = false;
+  bool iser = false;
+};
+// The one map from the family's policy names (halo-q, owner-home, absorb, resident,
+// halo-q-owner-in, iser) to their settings, read by the CPU policies and the GPU planner alike;
+// nullopt for any other name.
+std::optional<HaloQVariant> halo_q_variant(std::string_view policy);
 
 // Reusable scratch memory of the planner: plan with the same workspace to avoid allocations in
 // a hot loop. Holds no state between calls that influences results.

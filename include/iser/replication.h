@@ -22,7 +22,9 @@ inline constexpr int kMaxLocalCopyOps = 4096;
 // (releases) nothing; the routes then fall back home.
 inline constexpr uint64_t kDeviceGeneration = 0;
 
-// How the SM transports (p2p-direct, p2p-sami, plan) move a slice.
+// How the SM transports (p2p-direct, p2p-sami, plan) move a slice through the SM: a tuning knob
+// of the copy loop, not a way of moving bytes between ranks (that is Transport / TransportMode);
+// every path moves the same slices between the same ranks.
 enum class CopyPath : uint8_t {
   kBulk = 0,       // Hopper TMA: cp.async.bulk global -> shared (mbarrier pipeline), then bulk
                    // stores shared -> each member; a few threads keep many slices in flight

@@ -16,17 +16,23 @@
 #include <span>
 #include <string>
 #include <string_view>
+#include <utility>
 #include <vector>
 
 #include "iser/copy_list.h"
 #include "iser/replication.h"
 
 struct CUstream_st;
+struct CUevent_st;
 struct ncclComm;
 
 namespace iser {
 
 using StreamHandle = CUstream_st*;
+
+namespace testing {
+struct Access;  // include/iser/testing/hooks.h (testing-only; not installed)
+}  // namespace testing
 
 // Bumped whenever the memory layout or the device protocol changes; ranks must agree.
 inline constexpr int kRuntimeVersion = 3;         // 2: p2p-sami-host (host staging, fingerprint)
@@ -55,11 +61,11 @@ struct BundleLayout {
 };
 
 enum class Transport : uint8_t {
-  kP2PDirect = 0,     // writer(s) store every slice to every member (SAMI ops keep SAMI slicing)
-  kP2PSami = 1,       // every op uses SAMI slicing: member i moves slices j = i (mod g)
-  kCopyEngine = 2,    // cudaMemcpyAsync from the owner to every member (needs a host copy list)
-  kMulticast = 3,     // multimem stores through NCCL's multimem pointers; refused unless
-                      // Runtime::multicast_available() (never where NCCL_NVLS_ENABLE=0)
+  kP2PDirect = 0,   // writer(s) store every slice to every member (SAMI ops keep SAMI slicing)
+  kP2PSami = 1,     // every op uses SAMI slicing: member i moves slices j = i (mod g)
+  kCopyEngine = 2,  // cudaMemcpyAsync from the owner to every member (needs a host copy list)
+  // 3 is kept free for an NVLink multicast transport: the kernels' multimem store path is
+  // compiled, but the runtime binds no multicast objects, so none is offered.
   kPlan = 4,          // as the plan says: owner-direct ops direct, SAMI ops SAMI (the default)
   kP2PSamiOwner = 5,  // owner-assisted SAMI: every op SAMI, and an owner outside its group of g
                       // joins the members as writer g of g + 1 (slices j = g (mod g + 1)): the
@@ -71,7 +77,8 @@ enum class Transport : uint8_t {
                       // its own (src/cuda/host_lane.h). host_share 0: exactly p2p-sami-owner
 };
 std::string_view to_string(Transport transport);
-Transport transport_from_string(std::string_view name);  // "p2p-direct", "p2p-sami", ...
+// "p2p-direct", "p2p-sami", ...; "multicast" throws iser::Error saying why it is not offered.
+Transport transport_from_string(std::string_view name);
 std::string_view to_string(CopyPath path);
 
 // How a rank reaches its peers' symmetric regions (docs/runtime.md, "Peer memory").
@@ -215,10 +222,6 @@ class Runtime {
   // Each rank's epoch must be exactly the one its peers publish: a rank that finds a peer past
   // it (it ran late, after a timeout) reports kCountOvertaken instead of reading a reused row.
   void exchange_counts(const int32_t* rows, int32_t* matrix, uint64_t epoch, StreamHandle stream);
-  // Logical mode only: the count exchange of local ranks [local_begin, local_end) (`rows` and
-  // `matrix` still indexed by local rank from 0; fault injection and per-rank streams in tests).
-  void exchange_counts_ranks(int local_begin, int local_end, const int32_t* rows, int32_t* matrix,
-                             uint64_t epoch, StreamHandle stream);
   // The count and the exchange in one launch (decode sizes: one CTA counts each rank's routes):
   // every local rank's topk ids -> its count row -> the exchange above. The outputs of
   // GpuPlanner::count() of the same ids go to `count` (GpuPlanner::count_outputs), so its
@@ -241,11 +244,6 @@ class Runtime {
   // `num_sms` <= 0 means config().copy_sms.
   void replicate(const CopyOp* ops, int num_ops, int layer, uint64_t generation,
                  Transport transport, StreamHandle stream, int num_sms = 0);
-  // Logical mode only: replicate for local ranks [local_begin, local_end) (fault injection and
-  // per-rank streams in tests).
-  void replicate_ranks(int local_begin, int local_end, const CopyOp* ops, int num_ops, int layer,
-                       uint64_t generation, Transport transport, StreamHandle stream,
-                       int num_sms = 0);
   // Copy-engine transport: the copy list must be on the host; owners issue cudaMemcpyAsync to
   // every member, then READY is published. The list is staged in one runtime-owned buffer: keep
   // copy-engine calls of one runtime on one stream. Explicit generations only (the host picks
@@ -271,7 +269,7 @@ class Runtime {
   void release_bank(uint64_t generation, StreamHandle stream);
 
   // The generation local rank `local_idx`'s last replicate published (the device counter that
-  // kDeviceGeneration continues from; synchronises the device).
+  // kDeviceGeneration continues from; waits for the runtime's work like status()).
   uint64_t last_generation(int local_idx) const;
   // Local tuning of the SM copy (RuntimeConfig::copy_path / copy_warps / copy_stages; validated
   // like the configuration). Ranks may differ; takes effect with the next replicate call.
@@ -286,7 +284,12 @@ class Runtime {
   // Slices of every op that p2p-sami-host moves through host memory (0: none).
   int64_t host_slices() const;
 
-  // Status of local rank `local_idx` (synchronises the device); check_status throws on errors.
+  // Status of local rank `local_idx` once the runtime's work enqueued so far completed;
+  // check_status throws on errors. It waits for that work only, never for the whole device: every
+  // call that enqueues device work records an event on its stream, status() waits for those
+  // events and then reads the status words on the runtime's own stream, so the application's
+  // other streams keep running. A stream being captured into a CUDA graph records no event:
+  // synchronise a graph launch (its stream) before reading the status of the work it holds.
   RuntimeStatus status(int local_idx) const;
   void check_status() const;
   // Clears the status words (code, peer, tag, fallback count) of every local rank, enqueued on
@@ -309,6 +312,17 @@ class Runtime {
   void* peer_base(int rank_idx) const;
 
  private:
+  friend struct testing::Access;  // include/iser/testing/hooks.h: the per-rank calls below
+  // Testing (logical mode only): the count exchange of local ranks [local_begin, local_end) (`rows`
+  // and `matrix` still indexed by local rank from 0; fault injection and per-rank streams in
+  // tests).
+  void exchange_counts_ranks(int local_begin, int local_end, const int32_t* rows, int32_t* matrix,
+                             uint64_t epoch, StreamHandle stream);
+  // Testing (logical mode only): replicate for local ranks [local_begin, local_end) (fault
+  // injection and per-rank streams in tests).
+  void replicate_ranks(int local_begin, int local_end, const CopyOp* ops, int num_ops, int layer,
+                       uint64_t generation, Transport transport, StreamHandle stream,
+                       int num_sms = 0);
   explicit Runtime(const RuntimeConfig& config);
   void allocate(int num_local);
   void map_peers();
@@ -317,6 +331,10 @@ class Runtime {
   void map_staging();
   void check_local(int local_idx) const;
   void release() noexcept;
+  // After a call enqueued device work on `stream`: records the stream's event (status()).
+  void track(StreamHandle stream);
+  // Local rank `local_idx`'s device scratch (status words, counters) after the tracked work.
+  void read_scratch(int local_idx, void* scratch, int64_t bytes) const;
   void launch_replicate(int local_begin, int local_end, const CopyOp* ops, int num_ops, int layer,
                         uint64_t generation, Transport transport, StreamHandle stream, int num_sms);
 
@@ -336,10 +354,14 @@ class Runtime {
   void* device_ce_ops_ = nullptr;         // copy-engine transport: staged copy list
   double host_share_ = 0.0;               // p2p-sami-host: current share (<= config_.host_share)
   std::unique_ptr<HostStaging> staging_;  // p2p-sami-host: pinned host staging
+  // Status reads: the runtime's own stream (created at the first read) and, per stream the
+  // runtime enqueued work on since the last read, an event after that work.
+  mutable StreamHandle status_stream_ = nullptr;
+  mutable std::vector<std::pair<StreamHandle, CUevent_st*>> tracked_;
 };
 
 // Multicast (NVLS) is allowed only where NCCL_NVLS_ENABLE is set and not "0". Returns false with
-// the reason otherwise; runtime calls asking for kMulticast throw iser::Error with it.
+// the reason otherwise (a multicast transport would refuse to start with it).
 bool multicast_allowed(std::string* reason = nullptr);
 
 // Address arithmetic of the multicast store path (host-testable): the byte offset inside a

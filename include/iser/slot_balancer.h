@@ -98,12 +98,6 @@ class SlotBalancer {
   void release(StreamHandle stream);
 
   StreamHandle copy_stream() const;
-  // Fault injection (tests, logical mode): from the next replicate() on, local rank `local_idx`
-  // replicates on `stream` (after the plan) instead of the copy stream, so that work the caller
-  // puts on `stream` first delays that rank's copy and READY; -1 restores the copy stream.
-  // Synchronises the device; faulted calls name their generation, so the gate waits for the
-  // delayed rank (READY failure after the timeout) instead of running before its replicate.
-  void set_fault_stream(int local_idx, StreamHandle stream);
   // Device words of the last route(): the plan (GpuPlanLayout) and local rank 0's count matrix
   // [P][E].
   const int32_t* plan() const;
@@ -115,6 +109,14 @@ class SlotBalancer {
   SlotBalancerStats stats();
 
  private:
+  friend struct testing::Access;  // include/iser/testing/hooks.h: the fault stream below
+  // Fault injection (tests, logical mode): from the next replicate() on, local rank `local_idx`
+  // replicates on `stream` (after the plan) instead of the copy stream, so that work the caller
+  // puts on `stream` first delays that rank's copy and READY; -1 restores the copy stream.
+  // Synchronises the device; faulted calls name their generation, so the gate waits for the
+  // delayed rank (READY failure after the timeout) instead of running before its replicate.
+  void set_fault_stream(int local_idx, StreamHandle stream);
+
   struct Impl;
   explicit SlotBalancer(std::unique_ptr<Impl> impl);
   std::unique_ptr<Impl> impl_;

@@ -13,6 +13,7 @@
 
 #include "iser/runtime.h"
 #include "iser/slot_balancer.h"
+#include "iser/testing/hooks.h"
 
 namespace iser::torch_ops {
 namespace {
@@ -98,8 +99,8 @@ class TorchSlotBalancer : public torch::CustomClassHolder {
     balancer_->release(stream());
   }
   void set_fault_stream(int64_t local_idx, int64_t stream) {
-    balancer_->set_fault_stream(static_cast<int>(local_idx),
-                                reinterpret_cast<cudaStream_t>(stream));
+    iser::testing::set_fault_stream(*balancer_, static_cast<int>(local_idx),
+                                    reinterpret_cast<cudaStream_t>(stream));
   }
   int64_t copy_stream() const { return reinterpret_cast<int64_t>(balancer_->copy_stream()); }
 

@@ -13,7 +13,7 @@ std::vector<CopyOp> make_copy_list(const Plan& plan) {
     op.group_begin = b.group_begin;
     op.group_size = b.group_size;
     op.helper = b.helper;
-    op.mode = b.mode == TransportMode::kSami ? kCopyModeSami : kCopyModeDirect;
+    op.mode = b.mode == TransportMode::kSami ? TransportMode::kSami : TransportMode::kOwnerDirect;
     ops.push_back(op);
   }
   return ops;

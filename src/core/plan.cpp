@@ -10,6 +10,8 @@ std::string_view to_string(TransportMode mode) {
       return "sami";
     case TransportMode::kPointToPoint:
       return "p2p";
+    case TransportMode::kSamiOwner:
+      return "sami-owner";
   }
   return "unknown";
 }

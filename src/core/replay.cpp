@@ -273,10 +273,11 @@ PolicySummary summarize(const ReplayResult& result, size_t ep_idx, size_t policy
 
 ReplayResult run_replay(const RoutingSource& source, const ReplayConfig& config) {
   const TraceMetadata& meta = source.metadata();
-  ISER_CHECK(!config.ep_degrees.empty(), "replay: no EP degree given (--ep)");
-  ISER_CHECK(config.tokens_per_rank > 0, "replay: invalid --tokens-per-rank {}",
+  // Library messages name ReplayConfig's fields; the CLI checks its flags before it calls here.
+  ISER_CHECK(!config.ep_degrees.empty(), "replay: no EP degree given (ep_degrees is empty)");
+  ISER_CHECK(config.tokens_per_rank > 0, "replay: tokens_per_rank = {} (need >= 1)",
              config.tokens_per_rank);
-  ISER_CHECK(config.num_slots >= 0, "replay: invalid --slots {} (need S >= 0)", config.num_slots);
+  ISER_CHECK(config.num_slots >= 0, "replay: num_slots = {} (need S >= 0)", config.num_slots);
   ReplayResult result;
   result.config = config;
   result.metadata = meta;
@@ -297,7 +298,7 @@ ReplayResult run_replay(const RoutingSource& source, const ReplayConfig& config)
                   [&](const std::string& p) { return plans_from_served_past(p, has_history); });
   const int window = config.policy_options.eplb_window > 0 ? config.policy_options.eplb_window : 8;
   result.warmup_iterations = config.warmup.value_or(needs_past ? window : 0);
-  ISER_CHECK(result.warmup_iterations >= 0, "replay: invalid --warmup {}",
+  ISER_CHECK(result.warmup_iterations >= 0, "replay: warmup = {} (need >= 0)",
              result.warmup_iterations);
   for (const auto& p : result.policies) {
     ISER_CHECK(!(plans_from_served_past(p, has_history) && p != "eplb-window" &&
@@ -323,7 +324,7 @@ ReplayResult run_replay(const RoutingSource& source, const ReplayConfig& config)
     const int64_t warmup = result.warmup_iterations;
     int64_t iterations = available ? *available - warmup : kDefaultSampledIterations;
     if (config.iterations) {
-      ISER_CHECK(*config.iterations > 0, "replay: invalid --iterations {}", *config.iterations);
+      ISER_CHECK(*config.iterations > 0, "replay: iterations = {} (need >= 1)", *config.iterations);
       iterations =
           available ? std::min(*available - warmup, *config.iterations) : *config.iterations;
     }

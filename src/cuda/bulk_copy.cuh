@@ -4,6 +4,8 @@
 
 #include <cstdint>
 
+#include "cuda/launch_check.h"
+
 namespace iser::cuda {
 
 __device__ __forceinline__ uint32_t shared_address(const void* ptr) {
@@ -43,6 +45,9 @@ __device__ __forceinline__ void mbarrier_wait(uint64_t* bar, uint32_t parity) {
 // Global (local or peer-mapped) -> shared; completes `bytes` transactions on `bar`.
 __device__ __forceinline__ void bulk_load(void* shared_dst, const void* global_src, uint32_t bytes,
                                           uint64_t* bar) {
+  // cp.async.bulk: size and both addresses multiples of 16.
+  ISER_DEVICE_ASSERT(bytes % 16 == 0 && reinterpret_cast<uintptr_t>(global_src) % 16 == 0 &&
+                     shared_address(shared_dst) % 16 == 0);
   asm volatile(
       "cp.async.bulk.shared::cluster.global.mbarrier::complete_tx::bytes [%0], [%1], %2, [%3];" ::
           "r"(shared_address(shared_dst)),
@@ -53,6 +58,8 @@ __device__ __forceinline__ void bulk_load(void* shared_dst, const void* global_s
 // Shared -> global (local or peer-mapped), tracked by the issuing thread's bulk async-groups.
 __device__ __forceinline__ void bulk_store(void* global_dst, const void* shared_src,
                                            uint32_t bytes) {
+  ISER_DEVICE_ASSERT(bytes % 16 == 0 && reinterpret_cast<uintptr_t>(global_dst) % 16 == 0 &&
+                     shared_address(shared_src) % 16 == 0);
   asm volatile("cp.async.bulk.global.shared::cta.bulk_group [%0], [%1], %2;" ::"l"(global_dst),
                "r"(shared_address(shared_src)), "r"(bytes)
                : "memory");

@@ -192,21 +192,20 @@ __global__ void __launch_bounds__(CountExchangeConfig::kThreads)
 
 }  // namespace
 
-cudaError_t launch_count_exchange(const RankSpace& space, const int32_t* rows, int32_t* matrix,
-                                  uint64_t epoch, int local_begin, int local_end,
-                                  cudaStream_t stream, const ExchangeCount& count) {
+void launch_count_exchange(const RankSpace& space, const int32_t* rows, int32_t* matrix,
+                           uint64_t epoch, int local_begin, int local_end, cudaStream_t stream,
+                           const ExchangeCount& count) {
   CountExchangeParams params{space, rows, matrix, epoch, local_begin, count};
   const size_t smem = count.topk_ids != nullptr
                           ? 2 * sizeof(int32_t) * static_cast<size_t>(space.layout.num_experts)
                           : 0;
   count_exchange_kernel<<<local_end - local_begin, CountExchangeConfig::kThreads, smem, stream>>>(
       params);
-  return cudaGetLastError();
+  ISER_CHECK_LAUNCH("count_exchange_kernel");
 }
 
-cudaError_t preload_exchange_kernels() {
-  cudaFuncAttributes attributes{};
-  return cudaFuncGetAttributes(&attributes, reinterpret_cast<const void*>(&count_exchange_kernel));
+void preload_exchange_kernels() {
+  preload_functions({reinterpret_cast<const void*>(&count_exchange_kernel)});
 }
 
 }  // namespace iser::cuda

@@ -10,8 +10,10 @@
 #include <utility>
 #include <vector>
 
+#include "cuda/device_buffer.h"
 #include "cuda/planner_kernels.h"
 #include "iser/error.h"
+#include "iser/planner.h"
 
 namespace iser {
 
@@ -38,19 +40,17 @@ std::string describe_gpu_status(uint32_t status) {
 
 namespace {
 
-// The options reproducing `policy`, or nullopt where the GPU planner does not.
+// The options reproducing `policy`, or nullopt where the GPU planner does not (a policy outside
+// the HALO-Q family, or a resident one: the GPU planner keeps no previous plan).
 std::optional<GpuPlannerOptions> options_for(std::string_view policy) {
+  const std::optional<HaloQVariant> variant = halo_q_variant(policy);
+  if (!variant.has_value() || variant->resident) return std::nullopt;
   GpuPlannerOptions options;
-  if (policy == "halo-q") return options;
-  if (policy == "owner-home") {
-    options.owner_home = true;
-  } else if (policy == "absorb") {
-    options.absorb = true;
-  } else if (policy == "halo-q-owner-in") {
-    options.owner_in_group = true;
-  } else {
-    return std::nullopt;
-  }
+  options.owner_home = variant->options.owner_home;
+  options.absorb = variant->options.absorb;
+  options.owner_in_group = variant->options.owner_in_group;
+  options.min_move = variant->options.min_move;
+  options.iser = variant->iser;
   return options;
 }
 
@@ -169,36 +169,6 @@ uint32_t download_plan_status(const int32_t* device_plan) {
   return static_cast<uint32_t>(status);
 }
 
-namespace {
-
-// Owned device allocation.
-template <typename T>
-class DeviceArray {
- public:
-  DeviceArray() = default;
-  explicit DeviceArray(size_t n) : size_(n) {
-    if (n > 0) ISER_CUDA_CHECK(cudaMalloc(&data_, n * sizeof(T)));
-  }
-  ~DeviceArray() {
-    if (data_ != nullptr) cudaFree(data_);
-  }
-  DeviceArray(DeviceArray&& other) noexcept
-      : data_(std::exchange(other.data_, nullptr)), size_(std::exchange(other.size_, 0)) {}
-  DeviceArray& operator=(DeviceArray&& other) noexcept {
-    std::swap(data_, other.data_);
-    std::swap(size_, other.size_);
-    return *this;
-  }
-  T* get() const { return data_; }
-  size_t size() const { return size_; }
-
- private:
-  T* data_ = nullptr;
-  size_t size_ = 0;
-};
-
-}  // namespace
-
 struct GpuPlanner::Impl {
   Topology topo;
   GpuPlanLayout layout;
@@ -214,11 +184,11 @@ struct GpuPlanner::Impl {
   int counted_rows = 0;
   unsigned long long* timer = nullptr;
   RepairSchedule repair = RepairSchedule::kAuto;
-  DeviceArray<int32_t> tile_counts;  // [max_rows][max_tiles][E]
-  DeviceArray<uint32_t> error_word;  // [1]
+  cuda::DeviceBuffer tile_counts;  // [max_rows][max_tiles][E]
+  cuda::DeviceBuffer error_word;   // [1]
   // plan_rewrite(): the fused kernel's sync words (zero once, never reset), its shared memory and
   // the most CTAs one cooperative launch of it may have (0: not available).
-  DeviceArray<uint32_t> fused_sync;
+  cuda::DeviceBuffer fused_sync;
   int fused_smem = 0;
   int fused_max_ctas = 0;
   int num_sms = 1;  // the device's, for RewriteParams::num_parts
@@ -279,9 +249,10 @@ GpuPlanner::GpuPlanner(const Topology& topo, int max_routes_per_rank,
     d.max_routes = max_routes_per_rank;
     d.max_rows = max_rows;
     d.max_tiles = cuda::num_route_tiles(max_routes_per_rank);
-    d.tile_counts = DeviceArray<int32_t>(static_cast<size_t>(max_rows) * d.max_tiles * E);
-    d.error_word = DeviceArray<uint32_t>(1);
-    ISER_CUDA_CHECK(cudaMemset(d.error_word.get(), 0, sizeof(uint32_t)));
+    d.tile_counts =
+        cuda::DeviceBuffer(static_cast<size_t>(max_rows) * d.max_tiles * E * sizeof(int32_t));
+    d.error_word = cuda::DeviceBuffer(sizeof(uint32_t));
+    ISER_CUDA_CHECK(cudaMemset(d.error_word.get<uint32_t>(), 0, sizeof(uint32_t)));
 
     cuda::PlanParams plan_params;
     plan_params.num_ranks = P;
@@ -326,8 +297,8 @@ GpuPlanner::GpuPlanner(const Topology& topo, int max_routes_per_rank,
       ISER_CUDA_CHECK(static_cast<cudaError_t>(
           cuda::prepare_plan_rewrite_kernel(d.fused_smem, options.iser, &d.fused_max_ctas)));
     }
-    d.fused_sync = DeviceArray<uint32_t>(cuda::plan_rewrite_sync_words(max_rows));
-    ISER_CUDA_CHECK(cudaMemset(d.fused_sync.get(), 0, d.fused_sync.size() * sizeof(uint32_t)));
+    d.fused_sync = cuda::DeviceBuffer(cuda::plan_rewrite_sync_words(max_rows) * sizeof(uint32_t));
+    ISER_CUDA_CHECK(cudaMemset(d.fused_sync.get<uint32_t>(), 0, d.fused_sync.bytes()));
     // NOTE: cudaMemset runs on the default stream and may return before it lands; nothing orders
     // a caller's non-blocking stream after it. Without this wait, a count() issued right after
     // construction could have its error bits cleared, or a fused kernel read unzeroed sync words.
@@ -358,7 +329,7 @@ const GpuPlannerOptions& GpuPlanner::options() const {
   return impl_->options;
 }
 uint32_t* GpuPlanner::error_word() const {
-  return impl_->error_word.get();
+  return impl_->error_word.get<uint32_t>();
 }
 void GpuPlanner::set_plan_timer(unsigned long long* device_timer) {
   impl_->timer = device_timer;
@@ -368,13 +339,13 @@ void GpuPlanner::set_repair_schedule(RepairSchedule schedule) {
 }
 
 void GpuPlanner::clear_errors(CUstream_st* stream) {
-  ISER_CUDA_CHECK(cudaMemsetAsync(impl_->error_word.get(), 0, sizeof(uint32_t), stream));
+  ISER_CUDA_CHECK(cudaMemsetAsync(impl_->error_word.get<uint32_t>(), 0, sizeof(uint32_t), stream));
 }
 
 uint32_t GpuPlanner::read_errors() const {
   uint32_t value = 0;
   ISER_CUDA_CHECK(
-      cudaMemcpy(&value, impl_->error_word.get(), sizeof(value), cudaMemcpyDeviceToHost));
+      cudaMemcpy(&value, impl_->error_word.get<uint32_t>(), sizeof(value), cudaMemcpyDeviceToHost));
   return value;
 }
 
@@ -390,7 +361,7 @@ GpuPlanner::CountOutputs GpuPlanner::count_outputs(int num_tokens, int top_k, in
              num_rows, d.max_rows);
   d.counted_routes = static_cast<int>(routes);
   d.counted_rows = num_rows;
-  return {d.tile_counts.get(), d.error_word.get()};
+  return {d.tile_counts.get<int32_t>(), d.error_word.get<uint32_t>()};
 }
 
 void GpuPlanner::count(const int32_t* topk_ids, int num_tokens, int top_k, int32_t* counts,
@@ -458,9 +429,9 @@ void GpuPlanner::rewrite(const int32_t* topk_ids, int num_tokens, int top_k, int
              "GPU rewrite: {} routes of one row, but the last count() saw {} routes x {} rows "
              "(count the same ids first)",
              routes, d.counted_routes, d.counted_rows);
-  launch_rewrite_rows(*this, d.layout.max_broadcasts, d.num_sms, d.tile_counts.get(),
-                      d.error_word.get(), topk_ids, static_cast<int>(routes), rank_idx, 1, counts,
-                      plan, slot_ids, stream);
+  launch_rewrite_rows(*this, d.layout.max_broadcasts, d.num_sms, d.tile_counts.get<int32_t>(),
+                      d.error_word.get<uint32_t>(), topk_ids, static_cast<int>(routes), rank_idx, 1,
+                      counts, plan, slot_ids, stream);
 }
 
 void GpuPlanner::rewrite_all(const int32_t* topk_ids, int num_tokens, int top_k,
@@ -473,8 +444,8 @@ void GpuPlanner::rewrite_all(const int32_t* topk_ids, int num_tokens, int top_k,
              "GPU rewrite_all: {} plans x {} ranks x {} routes, but the last count() saw {} "
              "rows x {} routes (count the same ids first)",
              num_plans, d.topo.num_ranks, routes, d.counted_rows, d.counted_routes);
-  launch_rewrite_rows(*this, d.layout.max_broadcasts, d.num_sms, d.tile_counts.get(),
-                      d.error_word.get(), topk_ids, static_cast<int>(routes), 0,
+  launch_rewrite_rows(*this, d.layout.max_broadcasts, d.num_sms, d.tile_counts.get<int32_t>(),
+                      d.error_word.get<uint32_t>(), topk_ids, static_cast<int>(routes), 0,
                       static_cast<int>(rows), counts, plans, slot_ids, stream);
 }
 
@@ -499,10 +470,10 @@ void GpuPlanner::Impl::launch_fused(const int32_t* counts, int32_t* plans, int n
     p.plan =
         plan_params(counts + first_row * E, plans + first_plan * int64_t{layout.total_words()}, n);
     p.topk_ids = topk_ids + first_row * num_routes;
-    p.tile_counts = tile_counts.get() + first_row * num_tiles * E;
+    p.tile_counts = tile_counts.get<int32_t>() + first_row * num_tiles * E;
     p.slot_ids = slot_ids + first_row * num_routes;
-    p.error_word = error_word.get();
-    p.sync = fused_sync.get();
+    p.error_word = error_word.get<uint32_t>();
+    p.sync = fused_sync.get<uint32_t>();
     p.num_rows = num_plans == 1 ? num_rows : n * P;
     p.first_rank = first_rank;
     p.num_routes = num_routes;

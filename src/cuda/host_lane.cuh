@@ -237,6 +237,34 @@ struct HostSlice {
   int32_t bytes;
 };
 
+// Staged chunks whose flags wait for their stores (flag and last bulk group), oldest first.
+struct HostFlagRing {
+  uint64_t* flag[kHostFlagRing] = {};
+  int group[kHostFlagRing] = {};
+  int head = 0;
+  int tail = 0;
+
+  __device__ void push(uint64_t* chunk_flag, int last_group) {
+    flag[tail % kHostFlagRing] = chunk_flag;
+    group[tail % kHostFlagRing] = last_group;
+    ++tail;
+  }
+  // Of `stored` committed bulk groups, waits for all but the `kPending` most recent and releases
+  // (`ready`) the flags whose groups completed.
+  template <int kPending>
+  __device__ void release(int stored, uint64_t ready) {
+    const int done = stored - 1 - kPending;  // groups <= done are complete after the wait
+    if (head == tail || group[head % kHostFlagRing] > done) return;
+    bulk_wait_writes<kPending>();
+    fence_proxy_async_global();
+    fence_acq_rel_sys();
+    while (head != tail && group[head % kHostFlagRing] <= done) {
+      store_release_sys(flag[head % kHostFlagRing], ready);
+      ++head;
+    }
+  }
+};
+
 // One thread (lane 0 of a warp) runs worker `worker` of `workers` of the host-lane CTA `host_cta`:
 // the worker's chunks (HostWalk) as one slice stream through `num_stages` 8-KiB shared-memory
 // stages (`buffer`, mbarriers `bars`, records `records`; initialised by the kernel as for the
@@ -285,24 +313,7 @@ __device__ __noinline__ bool host_lane_bulk(const ReplicateParams& p, int w, int
   int loaded = 0;  // slices loaded (stage loaded % num_stages)
   int stored = 0;  // slices stored = bulk groups committed
 
-  // Staged chunks whose flags wait for their stores: flag and last group.
-  uint64_t* ring_flag[kHostFlagRing] = {};
-  int ring_group[kHostFlagRing] = {};
-  int ring_head = 0;
-  int ring_tail = 0;
-  // Releases the flags whose groups are older than the `kPending` most recent.
-  auto release_flags = [&](auto pending) {
-    constexpr int kPending = decltype(pending)::value;
-    const int done = stored - 1 - kPending;  // groups <= done are complete after the wait
-    if (ring_head == ring_tail || ring_group[ring_head % kHostFlagRing] > done) return;
-    bulk_wait_writes<kPending>();
-    fence_proxy_async_global();
-    fence_acq_rel_sys();
-    while (ring_head != ring_tail && ring_group[ring_head % kHostFlagRing] <= done) {
-      store_release_sys(ring_flag[ring_head % kHostFlagRing], ready);
-      ++ring_head;
-    }
-  };
+  HostFlagRing ring;
 
   // Opens the worker's next chunk with slices to move; false when none is left.
   auto open_chunk = [&]() {
@@ -359,7 +370,7 @@ __device__ __noinline__ bool host_lane_bulk(const ReplicateParams& p, int w, int
         uint64_t value = load_acquire_sys(flag);
         if (value < ready - 1) {
           if (stored < loaded) return;  // store what is in flight first
-          release_flags(std::integral_constant<int, 0>{});
+          ring.release<0>(stored, ready);
           value = wait_at_least(flag, ready - 1, deadline);
         }
         if (value != ready) {
@@ -397,16 +408,12 @@ __device__ __noinline__ bool host_lane_bulk(const ReplicateParams& p, int w, int
     bulk_store(r.dst, stage, static_cast<uint32_t>(r.bytes));
     if (r.dst2 != nullptr) bulk_store(r.dst2, stage, static_cast<uint32_t>(r.bytes));
     bulk_commit_group();
-    if (r.flag != nullptr) {
-      ring_flag[ring_tail % kHostFlagRing] = r.flag;
-      ring_group[ring_tail % kHostFlagRing] = stored;
-      ++ring_tail;
-    }
+    if (r.flag != nullptr) ring.push(r.flag, stored);
     ++stored;
-    release_flags(std::integral_constant<int, kFlagLag>{});
+    ring.release<kFlagLag>(stored, ready);
     issue_loads();
   }
-  release_flags(std::integral_constant<int, 0>{});
+  ring.release<0>(stored, ready);
   bulk_wait_all_writes();  // the member's slot stores, before READY
   return complete;
 }

@@ -55,8 +55,8 @@ constexpr HostRole host_role(const CopyOp& op, int rank, int64_t host_slices) {
 
 // Slices of `op` that rank `rank` moves over NVLink under the transport's mode (p2p-sami-owner
 // for p2p-sami-host), out of the head only.
-constexpr int64_t nvlink_slice_count(const CopyOp& op, int mode, int rank, int64_t num_slices,
-                                     int64_t host_slices) {
+constexpr int64_t nvlink_slice_count(const CopyOp& op, TransportMode mode, int rank,
+                                     int64_t num_slices, int64_t host_slices) {
   return writer_slice_count(op_writer(op, mode, rank), nvlink_slices(num_slices, host_slices));
 }
 

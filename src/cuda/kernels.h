@@ -1,6 +1,7 @@
 // Host-side launch helpers of the runtime kernels (src/cuda/*.cu). CUDA types only, no device
-// code: included by src/runtime and the tests. Launch helpers return cudaGetLastError(); callers
-// check it (argument validation happens in src/runtime, where iser::Error is formatted).
+// code: included by src/runtime and the tests. Launch helpers throw iser::Error on a launch
+// error (cuda/launch_check.h, the CUDA layer's one convention); argument validation happens in
+// src/runtime, where iser::Error is formatted.
 #pragma once
 
 #include <cstdint>
@@ -9,6 +10,7 @@
 #include <cuda_runtime.h>
 
 #include "cuda/host_lane.h"
+#include "cuda/launch_check.h"
 #include "cuda/region_layout.h"
 #include "iser/copy_list.h"
 #include "iser/replication.h"
@@ -42,6 +44,10 @@ struct RankSpace {
   uint64_t timeout_ns = 0;
 };
 
+// The replicate kernel's last step for one slice, a template parameter of the kernel: a store to
+// each member's peer-mapped slot, or one multimem store to the group's multicast object. Internal
+// (no Transport selects kMulticast: the runtime binds no multicast objects); it names an
+// instruction, not a way of moving a bundle (that is TransportMode / Transport).
 enum class StoreKind : int32_t { kPeer = 0, kMulticast = 1 };
 
 // How a copy CTA moves slices (RuntimeConfig::copy_path / copy_warps / copy_stages, resolved).
@@ -55,8 +61,9 @@ struct ReplicateArgs {
   const CopyOp* ops = nullptr;
   int32_t num_ops = 0;
   int32_t layer = 0;
-  uint64_t generation = 0;     // kDeviceGeneration: the rank's last generation + 1 (bank g % banks)
-  int32_t mode_override = -1;  // -1: as each op says; else a kCopyMode* (cuda/writers.h)
+  uint64_t generation = 0;  // kDeviceGeneration: the rank's last generation + 1 (bank g % banks)
+  // runtime::kNoModeOverride: as each op says; else a TransportMode (cuda/writers.h)
+  int32_t mode_override = -1;
   StoreKind store = StoreKind::kPeer;
   char* const* multicast_bases = nullptr;  // device array, multicast_group_index -> object
   // p2p-sami-host (cuda/host_lane.h): the tail of host_slices slices of every op goes through
@@ -70,18 +77,17 @@ struct ReplicateArgs {
 
 // Replicate + publish READY for local ranks [local_begin, local_end), num_sms CTAs each (plus
 // args.host_ctas host-lane CTAs when args.host_slices > 0).
-cudaError_t launch_replicate(const RankSpace& space, const ReplicateArgs& args, int local_begin,
-                             int local_end, int num_sms, const CopyShape& shape,
-                             cudaStream_t stream);
+void launch_replicate(const RankSpace& space, const ReplicateArgs& args, int local_begin,
+                      int local_end, int num_sms, const CopyShape& shape, cudaStream_t stream);
 // The shape a configuration asks for, with its defaults filled in.
 CopyShape resolve_copy_shape(CopyPath path, int warps, int stages);
 // Copy-engine helpers: the reuse fence (marks the generation failed on timeout) and the READY
 // publication after the copies.
-cudaError_t launch_copy_engine_fence(const RankSpace& space, const CopyOp* ops, int num_ops,
-                                     uint64_t generation, int num_banks, int num_local,
-                                     cudaStream_t stream);
-cudaError_t launch_publish_ready(const RankSpace& space, uint64_t generation, int num_local,
-                                 cudaStream_t stream);
+void launch_copy_engine_fence(const RankSpace& space, const CopyOp* ops, int num_ops,
+                              uint64_t generation, int num_banks, int num_local,
+                              cudaStream_t stream);
+void launch_publish_ready(const RankSpace& space, uint64_t generation, int num_local,
+                          cudaStream_t stream);
 
 // The count the exchange kernel may do first (Runtime::count_and_exchange): every local rank's
 // topk ids [num_local][num_routes] -> tile counts [num_local][tiles][E] (as the count kernel's)
@@ -95,17 +101,17 @@ struct ExchangeCount {
 };
 // Count exchange of local ranks [local_begin, local_end) (rows/matrix indexed from local rank 0);
 // with count.topk_ids set, each rank's row is counted in the kernel (`rows` is then unused).
-cudaError_t launch_count_exchange(const RankSpace& space, const int32_t* rows, int32_t* matrix,
-                                  uint64_t epoch, int local_begin, int local_end,
-                                  cudaStream_t stream, const ExchangeCount& count = {});
-cudaError_t launch_ready_gate(const RankSpace& space, const CopyOp* ops, int num_ops,
-                              uint64_t generation, int32_t* slot_expert, int32_t mode_override,
-                              int num_local, cudaStream_t stream);
-cudaError_t launch_fallback_rewrite(const RankSpace& space, const int32_t* slot_expert,
-                                    const int32_t* expert_ids, int32_t* slot_ids,
-                                    int64_t routes_per_rank, int num_local, cudaStream_t stream);
-cudaError_t launch_release_bank(const RankSpace& space, uint64_t generation, int num_local,
-                                cudaStream_t stream);
+void launch_count_exchange(const RankSpace& space, const int32_t* rows, int32_t* matrix,
+                           uint64_t epoch, int local_begin, int local_end, cudaStream_t stream,
+                           const ExchangeCount& count = {});
+void launch_ready_gate(const RankSpace& space, const CopyOp* ops, int num_ops, uint64_t generation,
+                       int32_t* slot_expert, int32_t mode_override, int num_local,
+                       cudaStream_t stream);
+void launch_fallback_rewrite(const RankSpace& space, const int32_t* slot_expert,
+                             const int32_t* expert_ids, int32_t* slot_ids, int64_t routes_per_rank,
+                             int num_local, cudaStream_t stream);
+void launch_release_bank(const RankSpace& space, uint64_t generation, int num_local,
+                         cudaStream_t stream);
 
 size_t scratch_bytes();
 
@@ -113,16 +119,14 @@ size_t scratch_bytes();
 // (CUDA's default), the first launch of a kernel loads it, which may wait for kernels already
 // running; a spin-waiting kernel (the READY gate, the count exchange) launched for the first time
 // while a peer stream is stalled would then wait for that stall instead of timing out.
-inline cudaError_t preload_functions(std::initializer_list<const void*> kernels) {
+inline void preload_functions(std::initializer_list<const void*> kernels) {
   cudaFuncAttributes attributes{};
   for (const void* kernel : kernels) {
-    const cudaError_t err = cudaFuncGetAttributes(&attributes, kernel);
-    if (err != cudaSuccess) return err;
+    check_cuda(cudaFuncGetAttributes(&attributes, kernel), "loading a runtime kernel");
   }
-  return cudaSuccess;
 }
-cudaError_t preload_replicate_kernels();
-cudaError_t preload_exchange_kernels();
-cudaError_t preload_gate_kernels();
+void preload_replicate_kernels();
+void preload_exchange_kernels();
+void preload_gate_kernels();
 
 }  // namespace iser::cuda

@@ -14,6 +14,7 @@ namespace {
 __global__ void __launch_bounds__(FallbackCopyConfig::kThreads)
     fallback_copy_kernel(const FallbackCopyParams params) {
   const int slot = static_cast<int>(blockIdx.y);
+  ISER_DEVICE_ASSERT(slot < FallbackCopyConfig::kMaxSlots);  // the launch checked num_slots
   const int32_t expert = params.expert[slot];
   if (expert < 0 || params.slot_expert[params.slot_base + slot] == expert) return;
   if (blockIdx.x == 0 && threadIdx.x == 0) atomicAdd(params.fallback_slots, 1u);

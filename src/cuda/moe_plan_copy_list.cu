@@ -37,8 +37,8 @@ __global__ void __launch_bounds__(PlanCopyListConfig::kThreads)
     op.helper = rec[GpuPlanLayout::kHelper];
     // As make_copy_list: SAMI stays SAMI, every other mode is owner-direct.
     op.mode = rec[GpuPlanLayout::kMode] == static_cast<int32_t>(TransportMode::kSami)
-                  ? kCopyModeSami
-                  : kCopyModeDirect;
+                  ? TransportMode::kSami
+                  : TransportMode::kOwnerDirect;
     if (!op_in_range(op, p)) atomicExch(&rejected, 1);
     p.ops[i] = op;
   }
@@ -50,7 +50,7 @@ __global__ void __launch_bounds__(PlanCopyListConfig::kThreads)
   null_op.group_begin = 0;
   null_op.group_size = 0;
   null_op.helper = 0;
-  null_op.mode = kCopyModeDirect;
+  null_op.mode = TransportMode::kOwnerDirect;
   for (int i = kept + static_cast<int>(threadIdx.x); i < p.max_ops; i += blockDim.x) {
     p.ops[i] = null_op;
   }

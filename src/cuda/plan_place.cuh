@@ -470,6 +470,15 @@ __device__ __forceinline__ void commit_ranks(const State& st, RankState<K>& rs,
   }
 }
 
+// Room-aware placement: `expert` is spent (no group had room for it). NOTE: every lane has read
+// spent[] this pass before lane 0 writes it (write after read); the second barrier publishes it
+// to the next pass's expert choice.
+__device__ __forceinline__ void mark_spent(const State& st, int expert, int lane) {
+  __syncwarp();
+  if (lane == 0) st.spent[expert] = 1;
+  __syncwarp();
+}
+
 // Placement on warp 0; returns the number of broadcasts and leaves the final loads in st.load.
 // HALO-Q (room_aware = false, water = T): candidates fixed up front, a failed attempt freezes the
 // owner. Room-aware (water = W >= T): the home expert with the largest share left, a failed
@@ -566,9 +575,7 @@ __device__ __forceinline__ int place_ranks(const State& st, const PlanParams& p,
         latest = st.expert_broadcast[expert];
         g = choose_group_room_aware<K>(st, sums, give, latest, lane);
         if (g.level < 0) {
-          __syncwarp();  // every lane has read spent[] (write after read)
-          if (lane == 0) st.spent[expert] = 1;
-          __syncwarp();  // read by the next pass's expert choice
+          mark_spent(st, expert, lane);
           continue;
         }
       }
@@ -582,9 +589,7 @@ __device__ __forceinline__ int place_ranks(const State& st, const PlanParams& p,
     const int moved = g.moved;
     if (moved <= 0 || (room_aware && moved < p.min_move)) {
       if (room_aware) {
-        __syncwarp();  // every lane has read spent[] (write after read)
-        if (lane == 0) st.spent[expert] = 1;
-        __syncwarp();
+        mark_spent(st, expert, lane);
       } else {
 #pragma unroll
         for (int k = 0; k < K; ++k) rs.frozen[k] = rs.frozen[k] || (is_owner_lane && k == o_chunk);

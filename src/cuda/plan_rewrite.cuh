@@ -114,6 +114,76 @@ __device__ __forceinline__ void copy_words(int32_t* dst, const int32_t* src, int
   }
 }
 
+// Pass 1 of rewrite_tile: the ordinal of each of the lane's routes among the warp's routes of its
+// expert (routes in order), counting them in my_counts (the warp's row); ids outside [-1, E) become
+// -1 (no route). Returns whether the lane saw such an id.
+template <int kRoutes>
+__device__ __forceinline__ bool tile_ordinals(int (&id)[kRoutes], int (&ordinal)[kRoutes],
+                                              int32_t* my_counts, int E, int lane) {
+  const unsigned lanes_below = (1u << lane) - 1u;
+  bool bad = false;
+#pragma unroll
+  for (int i = 0; i < kRoutes; ++i) {
+    int v = id[i];
+    if (v < -1 || v >= E) {
+      bad = true;
+      v = -1;
+    }
+    id[i] = v;
+    const unsigned peers = __match_any_sync(PlanRewriteConfig::kFullMask, v);
+    const int before = v >= 0 ? my_counts[v] : 0;
+    __syncwarp();
+    if (v >= 0 && lane == __ffs(peers) - 1) my_counts[v] = before + __popc(peers);
+    ordinal[i] = before + __popc(peers & lanes_below);
+    __syncwarp();
+  }
+  return bad;
+}
+
+// Pass 2 of rewrite_tile: per expert, the routes of earlier tiles and warps, as an exclusive
+// prefix in place of warp_counts [kWarps][E]. Ends with a block barrier.
+__device__ __forceinline__ void tile_prefix(const PlanRewriteParams& p, int row, int tile,
+                                            int32_t* warp_counts, const int32_t* count_row,
+                                            int tid) {
+  using Config = PlanRewriteConfig;
+  const int E = p.plan.num_experts;
+  // Experts without a route in the tile are skipped, except in the last tile, which checks every
+  // expert's total against the counts (the rewrite kernel checks the broadcast experts only).
+  const bool last_tile = tile == p.num_tiles - 1;
+  const int32_t* tiles = p.tile_counts + static_cast<int64_t>(row) * p.num_tiles * E;
+  bool stale = false;
+#pragma unroll 1
+  for (int e = tid; e < E; e += Config::kThreads) {
+    int n[Config::kWarps];
+    int in_tile = 0;
+#pragma unroll
+    for (int w = 0; w < Config::kWarps; ++w) {
+      n[w] = warp_counts[w * E + e];
+      in_tile += n[w];
+    }
+    if (in_tile == 0 && !last_tile) continue;
+    int run = 0;
+    constexpr int kBatch = 8;  // loads in flight per thread
+#pragma unroll 1
+    for (int first = 0; first < tile; first += kBatch) {
+      int v[kBatch];
+#pragma unroll
+      for (int k = 0; k < kBatch; ++k) {
+        v[k] = first + k < tile ? __ldg(tiles + static_cast<int64_t>(first + k) * E + e) : 0;
+      }
+#pragma unroll
+      for (int k = 0; k < kBatch; ++k) run += v[k];
+    }
+#pragma unroll
+    for (int w = 0; w < Config::kWarps; ++w) {
+      warp_counts[w * E + e] = run;
+      run += n[w];
+    }
+    stale |= last_tile && run != count_row[e];
+  }
+  if (__syncthreads_or(stale) && tid == 0) atomicOr(p.error_word, kGpuStaleTiles);
+}
+
 // One rewrite tile: routes [tile * kRouteTile, +kRouteTile) of row `row`, the slots of lane
 // route i with i % num_parts == part (PlanRewriteParams::num_parts). stamps: the optional
 // kGpuRewriteTimerSlots profiling stamps (thread 0 writes them), nullptr for all but one tile.
@@ -177,63 +247,13 @@ __device__ __forceinline__ void rewrite_tile(const PlanRewriteParams& p, int row
   __syncthreads();
 
   // Pass 1: ordinal of each route among the warp's routes of its expert (routes in order).
-  const unsigned lanes_below = (1u << lane) - 1u;
   int32_t* my_counts = warp_counts + warp * E;
   int ordinal[Config::kRoutesPerLane];
-  bool bad = false;
-#pragma unroll
-  for (int i = 0; i < Config::kRoutesPerLane; ++i) {
-    int v = id[i];
-    if (v < -1 || v >= E) {
-      bad = true;
-      v = -1;
-    }
-    id[i] = v;
-    const unsigned peers = __match_any_sync(Config::kFullMask, v);
-    const int before = v >= 0 ? my_counts[v] : 0;
-    __syncwarp();
-    if (v >= 0 && lane == __ffs(peers) - 1) my_counts[v] = before + __popc(peers);
-    ordinal[i] = before + __popc(peers & lanes_below);
-    __syncwarp();
-  }
+  const bool bad = tile_ordinals(id, ordinal, my_counts, E, lane);
   if (__syncthreads_or(bad) && tid == 0) atomicOr(p.error_word, kGpuBadExpertId);
 
   // Pass 2: per expert, the routes of earlier tiles and warps, as an exclusive prefix in place.
-  // Experts without a route in the tile are skipped, except in the last tile, which checks every
-  // expert's total against the counts (the rewrite kernel checks the broadcast experts only).
-  const bool last_tile = tile == p.num_tiles - 1;
-  const int32_t* tiles = p.tile_counts + static_cast<int64_t>(row) * p.num_tiles * E;
-  bool stale = false;
-#pragma unroll 1
-  for (int e = tid; e < E; e += Config::kThreads) {
-    int n[Config::kWarps];
-    int in_tile = 0;
-#pragma unroll
-    for (int w = 0; w < Config::kWarps; ++w) {
-      n[w] = warp_counts[w * E + e];
-      in_tile += n[w];
-    }
-    if (in_tile == 0 && !last_tile) continue;
-    int run = 0;
-    constexpr int kBatch = 8;  // loads in flight per thread
-#pragma unroll 1
-    for (int first = 0; first < tile; first += kBatch) {
-      int v[kBatch];
-#pragma unroll
-      for (int k = 0; k < kBatch; ++k) {
-        v[k] = first + k < tile ? __ldg(tiles + static_cast<int64_t>(first + k) * E + e) : 0;
-      }
-#pragma unroll
-      for (int k = 0; k < kBatch; ++k) run += v[k];
-    }
-#pragma unroll
-    for (int w = 0; w < Config::kWarps; ++w) {
-      warp_counts[w * E + e] = run;
-      run += n[w];
-    }
-    stale |= last_tile && run != count_row[e];
-  }
-  if (__syncthreads_or(stale) && tid == 0) atomicOr(p.error_word, kGpuStaleTiles);
+  tile_prefix(p, row, tile, warp_counts, count_row, tid);
 #pragma unroll
   for (int i = 0; i < Config::kRoutesPerLane; ++i) {
     if (id[i] >= 0) ordinal[i] += my_counts[id[i]];

@@ -25,7 +25,7 @@ struct GateParams {
 // owner-direct op, the members of a SAMI op, the members and an owner outside the group of an
 // owner-assisted SAMI op).
 template <typename F>
-__device__ __forceinline__ void for_each_writer(const CopyOp& op, int mode, F&& f) {
+__device__ __forceinline__ void for_each_writer(const CopyOp& op, TransportMode mode, F&& f) {
   for (int m = op.group_begin; m < op.group_begin + op.group_size; ++m) {
     if (runtime::op_writer(op, mode, m).idx >= 0) f(m);
   }
@@ -184,38 +184,38 @@ __global__ void release_bank_kernel(const ReleaseParams p) {
 
 }  // namespace
 
-cudaError_t launch_ready_gate(const RankSpace& space, const CopyOp* ops, int num_ops,
-                              uint64_t generation, int32_t* slot_expert, int32_t mode_override,
-                              int num_local, cudaStream_t stream) {
+void launch_ready_gate(const RankSpace& space, const CopyOp* ops, int num_ops, uint64_t generation,
+                       int32_t* slot_expert, int32_t mode_override, int num_local,
+                       cudaStream_t stream) {
   GateParams params{space, ops, num_ops, generation, slot_expert, mode_override};
   ready_gate_kernel<<<num_local, GateConfig::kThreads, 0, stream>>>(params);
-  return cudaGetLastError();
+  ISER_CHECK_LAUNCH("ready_gate_kernel");
 }
 
-cudaError_t launch_fallback_rewrite(const RankSpace& space, const int32_t* slot_expert,
-                                    const int32_t* expert_ids, int32_t* slot_ids,
-                                    int64_t routes_per_rank, int num_local, cudaStream_t stream) {
-  if (routes_per_rank <= 0) return cudaSuccess;
+void launch_fallback_rewrite(const RankSpace& space, const int32_t* slot_expert,
+                             const int32_t* expert_ids, int32_t* slot_ids, int64_t routes_per_rank,
+                             int num_local, cudaStream_t stream) {
+  if (routes_per_rank <= 0) return;
   const int64_t blocks =
       (routes_per_rank + FallbackConfig::kThreads - 1) / FallbackConfig::kThreads;
   const dim3 grid(static_cast<unsigned>(std::min<int64_t>(blocks, FallbackConfig::kMaxBlocks)),
                   static_cast<unsigned>(num_local));
   FallbackParams params{space, slot_expert, expert_ids, slot_ids, routes_per_rank};
   fallback_rewrite_kernel<<<grid, FallbackConfig::kThreads, 0, stream>>>(params);
-  return cudaGetLastError();
+  ISER_CHECK_LAUNCH("fallback_rewrite_kernel");
 }
 
-cudaError_t launch_release_bank(const RankSpace& space, uint64_t generation, int num_local,
-                                cudaStream_t stream) {
+void launch_release_bank(const RankSpace& space, uint64_t generation, int num_local,
+                         cudaStream_t stream) {
   ReleaseParams params{space, generation};
   release_bank_kernel<<<num_local, 128, 0, stream>>>(params);
-  return cudaGetLastError();
+  ISER_CHECK_LAUNCH("release_bank_kernel");
 }
 
-cudaError_t preload_gate_kernels() {
-  return preload_functions({reinterpret_cast<const void*>(&ready_gate_kernel),
-                            reinterpret_cast<const void*>(&fallback_rewrite_kernel),
-                            reinterpret_cast<const void*>(&release_bank_kernel)});
+void preload_gate_kernels() {
+  preload_functions({reinterpret_cast<const void*>(&ready_gate_kernel),
+                     reinterpret_cast<const void*>(&fallback_rewrite_kernel),
+                     reinterpret_cast<const void*>(&release_bank_kernel)});
 }
 
 }  // namespace iser::cuda

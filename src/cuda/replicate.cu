@@ -25,8 +25,9 @@ __global__ void __launch_bounds__(FenceConfig::kThreads)
   const int local_idx = static_cast<int>(blockIdx.x);
   const int w = p.space.first_rank + local_idx;
   Scratch* scratch = p.space.scratch + local_idx;
-  const bool failed = fence_targets(p.space, p.ops, p.num_ops, kCopyModeDirect, w, p.generation,
-                                    p.num_banks, 0, targets, blocked, scratch);
+  const bool failed = fence_targets(p.space, p.ops, p.num_ops,
+                                    runtime::mode_override_of(TransportMode::kOwnerDirect), w,
+                                    p.generation, p.num_banks, 0, targets, blocked, scratch);
   if (threadIdx.x == 0 && failed) atomicOr(&scratch->replicate_failed, 1u);
 }
 
@@ -72,9 +73,8 @@ CopyShape resolve_copy_shape(CopyPath path, int warps, int stages) {
   return shape;
 }
 
-cudaError_t launch_replicate(const RankSpace& space, const ReplicateArgs& args, int local_begin,
-                             int local_end, int num_sms, const CopyShape& shape,
-                             cudaStream_t stream) {
+void launch_replicate(const RankSpace& space, const ReplicateArgs& args, int local_begin,
+                      int local_end, int num_sms, const CopyShape& shape, cudaStream_t stream) {
   ReplicateParams params;
   params.space = space;
   params.args = args;
@@ -98,38 +98,38 @@ cudaError_t launch_replicate(const RankSpace& space, const ReplicateArgs& args, 
       launch_replicate_kernel<StoreKind::kPeer, CopyPath::kRegisters>(params, grid, shape, stream);
     }
   }
-  return cudaGetLastError();
+  ISER_CHECK_LAUNCH("replicate_kernel");
 }
 
-cudaError_t launch_copy_engine_fence(const RankSpace& space, const CopyOp* ops, int num_ops,
-                                     uint64_t generation, int num_banks, int num_local,
-                                     cudaStream_t stream) {
+void launch_copy_engine_fence(const RankSpace& space, const CopyOp* ops, int num_ops,
+                              uint64_t generation, int num_banks, int num_local,
+                              cudaStream_t stream) {
   FenceParams params{space, ops, num_ops, num_banks, generation};
   copy_engine_fence_kernel<<<num_local, FenceConfig::kThreads, 0, stream>>>(params);
-  return cudaGetLastError();
+  ISER_CHECK_LAUNCH("copy_engine_fence_kernel");
 }
 
-cudaError_t launch_publish_ready(const RankSpace& space, uint64_t generation, int num_local,
-                                 cudaStream_t stream) {
+void launch_publish_ready(const RankSpace& space, uint64_t generation, int num_local,
+                          cudaStream_t stream) {
   PublishParams params{space, generation};
   publish_ready_kernel<<<num_local, FenceConfig::kThreads, 0, stream>>>(params);
-  return cudaGetLastError();
+  ISER_CHECK_LAUNCH("publish_ready_kernel");
 }
 
 size_t scratch_bytes() {
   return sizeof(Scratch);
 }
 
-cudaError_t preload_replicate_kernels() {
+void preload_replicate_kernels() {
   const void* bulk[] = {
       reinterpret_cast<const void*>(&replicate_kernel<StoreKind::kPeer, CopyPath::kBulk>),
       reinterpret_cast<const void*>(&replicate_kernel<StoreKind::kMulticast, CopyPath::kBulk>)};
   for (const void* kernel : bulk) {
-    const cudaError_t err = cudaFuncSetAttribute(
-        kernel, cudaFuncAttributeMaxDynamicSharedMemorySize, static_cast<int>(kMaxStageBytes));
-    if (err != cudaSuccess) return err;
+    check_cuda(cudaFuncSetAttribute(kernel, cudaFuncAttributeMaxDynamicSharedMemorySize,
+                                    static_cast<int>(kMaxStageBytes)),
+               "the replicate kernel's shared-memory limit");
   }
-  return preload_functions(
+  preload_functions(
       {bulk[0], bulk[1],
        reinterpret_cast<const void*>(&replicate_kernel<StoreKind::kPeer, CopyPath::kRegisters>),
        reinterpret_cast<const void*>(

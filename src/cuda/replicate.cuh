@@ -26,12 +26,12 @@ namespace iser::cuda {
 
 // Slices writer `w` moves for `op` under `mode`, and the slice of its task `task_idx` (who writes
 // what: cuda/writers.h).
-__device__ __forceinline__ int64_t op_slice_count(const CopyOp& op, int mode, int w,
+__device__ __forceinline__ int64_t op_slice_count(const CopyOp& op, TransportMode mode, int w,
                                                   int64_t num_slices) {
   return runtime::writer_slice_count(runtime::op_writer(op, mode, w), num_slices);
 }
 
-__device__ __forceinline__ int64_t op_slice_index(const CopyOp& op, int mode, int w,
+__device__ __forceinline__ int64_t op_slice_index(const CopyOp& op, TransportMode mode, int w,
                                                   int64_t task_idx) {
   return runtime::writer_slice_index(runtime::op_writer(op, mode, w), task_idx);
 }
@@ -208,7 +208,7 @@ __device__ __forceinline__ SliceTask locate_task(const ReplicateParams& p, const
   op_cursor = lo;
   SliceTask t;
   t.op = p.args.ops[lo];
-  const int mode = runtime::effective_mode(t.op, p.args.mode_override);
+  const TransportMode mode = runtime::effective_mode(t.op, p.args.mode_override);
   t.slice_idx = op_slice_index(t.op, mode, w, task - prefix[lo]);
   const int64_t slice_begin = t.slice_idx * kSliceBytes;
   t.bytes = static_cast<int32_t>(min(kSliceBytes, layout.bundle_bytes - slice_begin));

@@ -66,6 +66,49 @@ __device__ __forceinline__ int broadcast_slot(const BroadcastView& v, const int3
       v.expert[b], v.owner[b], s, ordinal, P, H, S, owner_home);
 }
 
+// Stages the plan in shared memory: the expert -> broadcast map, one view per broadcast (its
+// record and this row's source routes) and, where they fit, the demand_end rows. Returns where
+// demand_end is read from. All threads; the caller's block barrier publishes the stores.
+__device__ __forceinline__ const int32_t* stage_plan(
+    const RewriteParams& p, const int32_t* plan, const int32_t* counts, const GpuPlanLayout& lay,
+    const BroadcastView& view, int32_t* expert_broadcast, int32_t* staged_demand, int B, int s,
+    int tid) {
+  const int P = p.num_ranks;
+  const int E = p.num_experts;
+  const int max_b = p.max_broadcasts;
+  if (B > 0) {
+    for (int e = tid; e < E; e += RewriteConfig::kThreads) {
+      expert_broadcast[e] = plan[lay.expert_broadcast() + e];
+    }
+  }
+  // demand_end rows: staged beside the views (same load depth), or read from the plan.
+  const bool staged = stages_demand(P, max_b);
+  if (staged) {
+    for (int i = tid; i < B * P; i += RewriteConfig::kThreads) {
+      staged_demand[i] = plan[lay.demand_end() + i];
+    }
+  }
+  for (int b = tid; b < B; b += RewriteConfig::kThreads) {
+    const int32_t* rec = plan + lay.broadcasts() + b * GpuPlanLayout::kBroadcastWords;
+    const int expert = rec[GpuPlanLayout::kExpert];
+    const int32_t* supply_row = plan + lay.supply_begin() + b * P;
+    const int32_t* demand_row = plan + lay.demand_end() + b * P;
+    const SourceRoutes src = source_routes(counts[s * E + expert], supply_row[s],
+                                           s + 1 < P ? supply_row[s + 1] : demand_row[P - 1],
+                                           s > 0 ? demand_row[s - 1] : 0);
+    view.expert[b] = expert;
+    view.owner[b] = rec[GpuPlanLayout::kOwner];
+    view.begin[b] = rec[GpuPlanLayout::kGroupBegin];
+    view.size[b] = rec[GpuPlanLayout::kGroupSize];
+    view.helper[b] = rec[GpuPlanLayout::kHelper];
+    view.previous[b] = rec[GpuPlanLayout::kPrevious];
+    view.diag[b] = src.diag;
+    view.low[b] = src.low;
+    view.supply_begin[b] = src.supply_begin;
+  }
+  return staged ? staged_demand : plan + lay.demand_end();
+}
+
 }  // namespace rewrite_detail
 
 __global__ void __launch_bounds__(RewriteConfig::kThreads) rewrite_kernel(const RewriteParams p) {
@@ -115,38 +158,8 @@ __global__ void __launch_bounds__(RewriteConfig::kThreads) rewrite_kernel(const 
                            arrays + 6 * max_b,
                            arrays + 7 * max_b,
                            arrays + 8 * max_b};
-  if (B > 0) {
-    for (int e = tid; e < E; e += RewriteConfig::kThreads) {
-      expert_broadcast[e] = plan[lay.expert_broadcast() + e];
-    }
-  }
-  // demand_end rows: staged beside the views (same load depth), or read from the plan.
-  const bool staged = stages_demand(P, max_b);
-  int32_t* staged_demand = arrays + BroadcastView::kArrays * max_b;
-  const int32_t* demand_end = staged ? staged_demand : plan + lay.demand_end();
-  if (staged) {
-    for (int i = tid; i < B * P; i += RewriteConfig::kThreads) {
-      staged_demand[i] = plan[lay.demand_end() + i];
-    }
-  }
-  for (int b = tid; b < B; b += RewriteConfig::kThreads) {
-    const int32_t* rec = plan + lay.broadcasts() + b * GpuPlanLayout::kBroadcastWords;
-    const int expert = rec[GpuPlanLayout::kExpert];
-    const int32_t* supply_row = plan + lay.supply_begin() + b * P;
-    const int32_t* demand_row = plan + lay.demand_end() + b * P;
-    const SourceRoutes src = source_routes(counts[s * E + expert], supply_row[s],
-                                           s + 1 < P ? supply_row[s + 1] : demand_row[P - 1],
-                                           s > 0 ? demand_row[s - 1] : 0);
-    view.expert[b] = expert;
-    view.owner[b] = rec[GpuPlanLayout::kOwner];
-    view.begin[b] = rec[GpuPlanLayout::kGroupBegin];
-    view.size[b] = rec[GpuPlanLayout::kGroupSize];
-    view.helper[b] = rec[GpuPlanLayout::kHelper];
-    view.previous[b] = rec[GpuPlanLayout::kPrevious];
-    view.diag[b] = src.diag;
-    view.low[b] = src.low;
-    view.supply_begin[b] = src.supply_begin;
-  }
+  const int32_t* demand_end = stage_plan(p, plan, counts, lay, view, expert_broadcast,
+                                         arrays + BroadcastView::kArrays * max_b, B, s, tid);
   int32_t* my_counts = warp_counts + warp * max_b;
   for (int b = lane; b < B; b += 32) my_counts[b] = 0;
   __syncthreads();

@@ -27,14 +27,23 @@ constexpr bool owner_in_group(const CopyOp& op) {
   return op.owner >= op.group_begin && op.owner < op.group_begin + op.group_size;
 }
 
-// The mode an op is copied under: its own, or the transport's override (>= 0).
-constexpr int effective_mode(const CopyOp& op, int32_t mode_override) {
-  return mode_override >= 0 ? mode_override : op.mode;
+// A transport's override of every op's mode, as the kernels' params carry it: a TransportMode
+// value, or kNoModeOverride (each op's own mode).
+inline constexpr int32_t kNoModeOverride = -1;
+constexpr int32_t mode_override_of(TransportMode mode) {
+  return static_cast<int32_t>(mode);
 }
 
-constexpr OpWriter op_writer(const CopyOp& op, int mode, int rank) {
-  if (mode == kCopyModeDirect) return rank == op.owner ? OpWriter{0, 1} : OpWriter{-1, 1};
-  const bool assisted = mode == kCopyModeSamiOwner && !owner_in_group(op);
+// The mode an op is copied under: its own, or the transport's override.
+constexpr TransportMode effective_mode(const CopyOp& op, int32_t mode_override) {
+  return mode_override != kNoModeOverride ? static_cast<TransportMode>(mode_override) : op.mode;
+}
+
+constexpr OpWriter op_writer(const CopyOp& op, TransportMode mode, int rank) {
+  if (mode == TransportMode::kOwnerDirect) {
+    return rank == op.owner ? OpWriter{0, 1} : OpWriter{-1, 1};
+  }
+  const bool assisted = mode == TransportMode::kSamiOwner && !owner_in_group(op);
   const int32_t count = op.group_size + (assisted ? 1 : 0);
   if (rank >= op.group_begin && rank < op.group_begin + op.group_size) {
     return {rank - op.group_begin, count};

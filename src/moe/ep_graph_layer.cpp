@@ -24,16 +24,18 @@
 #include <string>
 #include <vector>
 
+#include "cuda/device_buffer.h"
 #include "cuda/moe_graph_kernels.h"
 #include "cuda/moe_kernels.h"
 #include "iser/error.h"
 #include "iser/gpu_planner.h"
 #include "iser/moe_ep_graph.h"
 #include "iser/moe_ep_layer.h"
-#include "moe/device_buffer.h"
 #include "moe/order_event.h"
 
 namespace iser::moe {
+
+using cuda::DeviceBuffer;
 namespace {
 
 std::string describe_graph_errors(uint32_t bits) {

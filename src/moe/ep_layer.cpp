@@ -10,6 +10,7 @@
 #include <string>
 #include <vector>
 
+#include "cuda/device_buffer.h"
 #include "cuda/moe_kernels.h"
 #include "iser/counts.h"
 #include "iser/error.h"
@@ -18,10 +19,11 @@
 #include "iser/policy.h"
 #include "iser/rewrite.h"
 #include "iser/validator.h"
-#include "moe/device_buffer.h"
 #include "moe/routing_maps.h"
 
 namespace iser::moe {
+
+using cuda::DeviceBuffer;
 namespace {
 
 class Event {
@@ -158,43 +160,81 @@ void check_ep_runtime_config(const LayerConfig& config, const RuntimeConfig& hav
              layer, have.num_banks);
 }
 
+// The layer's state, in parts: what set-up fixes (configuration, streams, experts, device
+// buffers, the GPU planner's block), the events one invocation records, the test hooks, and what
+// one invocation leaves for the next forward() and for finish().
 struct EpMoeLayer::Impl {
+  // Hidden-state rows [max_rows][hidden] bf16 on their way through dispatch, experts and combine
+  // (shared_out: [tau][hidden], the shared expert's output).
+  struct TokenBuffers {
+    DeviceBuffer send_buf, recv_buf, x_expert, y_expert, y_back, comb_buf, shared_out;
+  };
+  // The routing maps on the device (RoutingMaps, uploaded per invocation) and the route weights.
+  struct RouteBuffers {
+    DeviceBuffer send_gather, expert_gather, back_gather, route_row, route_weight;
+  };
+  // Count exchange, copy list and READY outputs (host planner; the gpu planner keeps its matrix
+  // and copy list in its block).
+  struct ReplicationBuffers {
+    DeviceBuffer count_row, count_matrix, ops, slot_expert, fallback_slots;
+    int32_t* matrix_host = nullptr;  // pinned [P][E]
+  };
+  // gpu planner only: the planner, its device block (PlanBlock) and the block's pinned mirror.
+  struct GpuPlanState {
+    std::unique_ptr<GpuPlanner> planner;
+    PlanBlock block;
+    DeviceBuffer words;
+    int32_t* host = nullptr;
+
+    int32_t* matrix() const { return words.get<int32_t>() + block.matrix_offset; }
+    int32_t* plan() const { return words.get<int32_t>() + block.plan_offset; }
+    CopyOp* ops() const {
+      return reinterpret_cast<CopyOp*>(words.get<int32_t>() + block.ops_offset);
+    }
+    const int32_t* host_matrix() const { return host + block.matrix_offset; }
+  };
+  struct Events {
+    Event start, shared_begin, shared_end, copy_begin, copy_end, gate_begin, gate_end, end,
+        counts_ready, plan_begin, plan_ready, ops_uploaded;
+  };
+  struct TestHooks {
+    std::function<void(Stream)> copy;            // fault injection: before each replicate
+    std::function<void(Stream, int32_t*)> plan;  // fault injection: after the GPU plan
+  };
+  // What one invocation leaves behind.
+  struct InvocationState {
+    uint64_t epoch = 0;
+    uint64_t generation = 0;
+    bool pending = false;    // an invocation was enqueued (the next forward() waits for it)
+    bool complete = false;   // ... and forward() returned normally (finish() may read it)
+    bool bank_open = false;  // the replication of `generation` was enqueued, its release not yet
+    bool balanced = false;
+    bool gpu_planned = false;
+    EpLayerTimings host_times;
+  };
+
   LayerConfig config;
   Runtime* runtime = nullptr;
   ncclComm_t comm = nullptr;
   int rank = 0;
   EpLayerOptions options;
-  cudaStream_t main = nullptr, copy = nullptr;
-  cudaStream_t readback = nullptr;  // gpu planner: plan read-back beside the replication
   std::unique_ptr<Policy> policy;
+  cudaStream_t main = nullptr, copy = nullptr;
+  cudaStream_t readback = nullptr;         // gpu planner: plan read-back beside the replication
   std::unique_ptr<GroupedMlp> mlp;         // H + S slots
   std::unique_ptr<GroupedMlp> shared_mlp;  // one slot over all local tokens
   std::unique_ptr<ExpertBank> shared;
-  DeviceBuffer send_buf, recv_buf, x_expert, y_expert, y_back, comb_buf, shared_out;
-  DeviceBuffer send_gather, expert_gather, back_gather, route_row, route_weight;
-  DeviceBuffer count_row, count_matrix, ops, slot_expert, fallback_slots;
-  std::function<void(Stream)> copy_hook;  // fault injection (tests): before each replicate
-  std::function<void(Stream, int32_t*)> plan_hook;  // fault injection (tests): after the plan
-  int32_t* matrix_host = nullptr;                   // pinned [P][E]
-  // gpu planner only: the planner, its device block (PlanBlock) and the block's pinned mirror.
-  std::unique_ptr<GpuPlanner> gpu_planner;
-  PlanBlock block;
-  DeviceBuffer plan_block;
-  int32_t* block_host = nullptr;
-  Event start, shared_begin, shared_end, copy_begin, copy_end, gate_begin, gate_end, end,
-      counts_ready, plan_begin, plan_ready, ops_uploaded;
-  uint64_t epoch = 0;
-  uint64_t generation = 0;
-  bool pending = false;    // an invocation was enqueued (the next forward() waits for it)
-  bool complete = false;   // ... and forward() returned normally (finish() may read it)
-  bool bank_open = false;  // the replication of `generation` was enqueued, its release not yet
-  bool last_balanced = false;
-  bool last_gpu_planned = false;
-  EpLayerTimings host_times;
+  TokenBuffers tokens;
+  RouteBuffers routes;
+  ReplicationBuffers repl;
+  GpuPlanState gpu;
+  Events events;
+  TestHooks hooks;
+  InvocationState inv;
 
   ~Impl() {
-    if (matrix_host != nullptr) cudaFreeHost(matrix_host);
-    if (block_host != nullptr) cudaFreeHost(block_host);
+    if (repl.matrix_host != nullptr) cudaFreeHost(repl.matrix_host);
+    if (gpu.host != nullptr) cudaFreeHost(gpu.host);
     if (readback != nullptr) cudaStreamDestroy(readback);
     if (copy != nullptr) cudaStreamDestroy(copy);
     if (main != nullptr) cudaStreamDestroy(main);
@@ -205,6 +245,35 @@ struct EpMoeLayer::Impl {
   uint16_t* rows(DeviceBuffer& buf, int64_t row) const {
     return buf.get<uint16_t>() + row * config.shape.hidden;
   }
+  void allocate_buffers();
+  // gpu planner: the planner, its block, the read-back stream, and one plan to load the kernels.
+  void set_up_gpu_planner(int stream_priority);
+
+  // ---- the steps of one forward() ----
+  // Validates the routes and counts this rank's routes per expert (its count row).
+  std::vector<int32_t> count_routes(std::span<const int32_t> topk_ids,
+                                    std::span<const float> topk_weights) const;
+  // Waits for the previous invocation and releases a bank it left open; starts this one.
+  void begin_invocation(bool balance);
+  // COPY, right after routing: the count exchange (gpu planner: plan and replication right after
+  // it). Returns where the host finds the exchanged matrix once `counts_ready` completed.
+  const int32_t* enqueue_count_exchange(const std::vector<int32_t>& row);
+  // MAIN: the shared expert, beside the count exchange and the planner.
+  void enqueue_shared_expert(const void* input);
+  // Host: waits for the exchanged counts and checks this rank's row in them.
+  CountMatrix read_counts(const int32_t* matrix_host, const std::vector<int32_t>& row);
+  // Host: the plan and its copy list (gpu planner: decodes and checks the device's plan; host
+  // planner: plans with the policy and enqueues the replication).
+  std::vector<CopyOp> make_plan(const CountMatrix& counts, bool balance, Plan& plan);
+  // COPY (host planner): uploads the copy list and replicates the plan's experts.
+  void enqueue_host_replication(const std::vector<CopyOp>& copy_ops);
+  // MAIN: gathers the rows by destination and sends them to their slots' ranks.
+  void dispatch(const void* input, std::span<const float> topk_weights, const RoutingMaps& maps);
+  // MAIN: home-slot GEMMs; ON: READY gate, fallback refill, helper-slot GEMMs, bank release.
+  void compute_experts(const RoutingMaps& maps, bool balance, const std::vector<CopyOp>& copy_ops);
+  // MAIN: sends the expert outputs back and combines them with the shared expert's.
+  void combine(const RoutingMaps& maps, void* output);
+
   void send_recv(const DeviceBuffer& from, const std::vector<int64_t>& from_off,
                  const std::vector<int64_t>& from_count, DeviceBuffer& to,
                  const std::vector<int64_t>& to_off, const std::vector<int64_t>& to_count);
@@ -220,50 +289,48 @@ struct EpMoeLayer::Impl {
   // gpu planner, host, after `counts_ready`: decodes and checks the plan the device replicated.
   // Returns false (logged; `plan` = no balancing, `ops` empty) when it cannot be used.
   bool accept_gpu_plan(const CountMatrix& counts, Plan& plan, std::vector<CopyOp>& copy_ops) const;
-  int32_t* block_words() const { return plan_block.get<int32_t>(); }
-  CopyOp* block_ops() const { return reinterpret_cast<CopyOp*>(block_words() + block.ops_offset); }
 };
 
 cuda::PlanCopyListParams EpMoeLayer::Impl::copy_list_params() const {
   cuda::PlanCopyListParams params;
-  params.plan = block_words() + block.plan_offset;
-  params.broadcasts_offset = gpu_planner->layout().broadcasts();
-  params.max_ops = block.max_ops;
+  params.plan = gpu.plan();
+  params.broadcasts_offset = gpu.planner->layout().broadcasts();
+  params.max_ops = gpu.block.max_ops;
   params.num_ranks = config.topo.num_ranks;
   params.experts_per_rank = config.topo.experts_per_rank();
   params.num_slots = config.topo.num_slots;
-  params.ops = block_ops();
-  params.num_ops = block_words();
+  params.ops = gpu.ops();
+  params.num_ops = gpu.words.get<int32_t>();
   return params;
 }
 
 void EpMoeLayer::Impl::enqueue_gpu_plan() {
-  plan_begin.record(copy);
-  gpu_planner->plan(block_words() + block.matrix_offset, block_words() + block.plan_offset, copy);
-  if (plan_hook) plan_hook(copy, block_words() + block.plan_offset);
+  events.plan_begin.record(copy);
+  gpu.planner->plan(gpu.matrix(), gpu.plan(), copy);
+  if (hooks.plan) hooks.plan(copy, gpu.plan());
   cuda::launch_plan_copy_list(copy_list_params(), copy);
-  plan_ready.record(copy);
+  events.plan_ready.record(copy);
 
-  ISER_CUDA_CHECK(cudaStreamWaitEvent(readback, plan_ready.get()));
-  ISER_CUDA_CHECK(cudaMemcpyAsync(block_host, block_words(),
-                                  static_cast<size_t>(block.readback_words) * sizeof(int32_t),
+  ISER_CUDA_CHECK(cudaStreamWaitEvent(readback, events.plan_ready.get()));
+  ISER_CUDA_CHECK(cudaMemcpyAsync(gpu.host, gpu.words.get(),
+                                  static_cast<size_t>(gpu.block.readback_words) * sizeof(int32_t),
                                   cudaMemcpyDeviceToHost, readback));
-  counts_ready.record(readback);
+  events.counts_ready.record(readback);
 
   // NOTE: max_ops, not the plan's B: the host does not know B yet; the entries past B are null
   // ops, which no rank writes (see PlanCopyListParams), and READY is published all the same.
-  if (copy_hook) copy_hook(copy);
-  ++generation;
-  copy_begin.record(copy);
-  runtime->replicate(block_ops(), block.max_ops, 0, generation, Transport::kPlan, copy);
-  bank_open = true;
-  copy_end.record(copy);
+  if (hooks.copy) hooks.copy(copy);
+  ++inv.generation;
+  events.copy_begin.record(copy);
+  runtime->replicate(gpu.ops(), gpu.block.max_ops, 0, inv.generation, Transport::kPlan, copy);
+  inv.bank_open = true;
+  events.copy_end.record(copy);
 }
 
 bool EpMoeLayer::Impl::accept_gpu_plan(const CountMatrix& counts, Plan& plan,
                                        std::vector<CopyOp>& copy_ops) const {
-  const GpuPlanLayout& layout = gpu_planner->layout();
-  const std::span<const int32_t> words(block_host + block.plan_offset, layout.total_words());
+  const GpuPlanLayout& layout = gpu.planner->layout();
+  const std::span<const int32_t> words(gpu.host + gpu.block.plan_offset, layout.total_words());
   const auto status = static_cast<uint32_t>(words[GpuPlanLayout::kStatus]);
   std::string problem;
   if (status != kGpuOk) {
@@ -278,8 +345,8 @@ bool EpMoeLayer::Impl::accept_gpu_plan(const CountMatrix& counts, Plan& plan,
       } else {
         copy_ops = make_copy_list(plan);
         validate_copy_list(runtime->config(), copy_ops);
-        const int32_t device_ops = block_host[0];
-        const auto* device_list = reinterpret_cast<const CopyOp*>(block_host + block.ops_offset);
+        const int32_t device_ops = gpu.host[0];
+        const auto* device_list = reinterpret_cast<const CopyOp*>(gpu.host + gpu.block.ops_offset);
         if (device_ops != static_cast<int32_t>(copy_ops.size()) ||
             (!copy_ops.empty() &&
              std::memcmp(device_list, copy_ops.data(), copy_ops.size() * sizeof(CopyOp)) != 0)) {
@@ -302,15 +369,15 @@ bool EpMoeLayer::Impl::accept_gpu_plan(const CountMatrix& counts, Plan& plan,
 void EpMoeLayer::Impl::launch_fallback(const std::vector<CopyOp>& copy_ops) {
   const Topology& topo = config.topo;
   cuda::FallbackCopyParams params;
-  params.slot_expert = slot_expert.get<int32_t>();
+  params.slot_expert = repl.slot_expert.get<int32_t>();
   params.slot_base = rank * topo.num_slots;
   params.num_slots = topo.num_slots;
   params.bytes = config.shape.bundle_bytes();
-  params.fallback_slots = fallback_slots.get<uint32_t>();
+  params.fallback_slots = repl.fallback_slots.get<uint32_t>();
   for (int h = 0; h < topo.num_slots; ++h) params.expert[h] = -1;
   // Symmetric layout: a home bundle sits at the same offset in every rank's region.
   const auto* local_base = static_cast<const char*>(runtime->peer_base(rank));
-  const int bank = runtime->bank_of(generation);
+  const int bank = runtime->bank_of(inv.generation);
   bool any = false;
   for (const CopyOp& op : copy_ops) {
     if (rank < op.group_begin || rank >= op.group_begin + op.group_size) continue;
@@ -324,7 +391,6 @@ void EpMoeLayer::Impl::launch_fallback(const std::vector<CopyOp>& copy_ops) {
   }
   if (any) cuda::launch_fallback_copy(params, main);
 }
-
 void EpMoeLayer::Impl::send_recv(const DeviceBuffer& from, const std::vector<int64_t>& from_off,
                                  const std::vector<int64_t>& from_count, DeviceBuffer& to,
                                  const std::vector<int64_t>& to_off,
@@ -344,6 +410,51 @@ void EpMoeLayer::Impl::send_recv(const DeviceBuffer& from, const std::vector<int
     }
   }
   ISER_NCCL_CHECK(ncclGroupEnd());
+}
+
+void EpMoeLayer::Impl::allocate_buffers() {
+  const Topology& topo = config.topo;
+  const int64_t rows = max_rows();
+  const size_t row_bytes = static_cast<size_t>(config.shape.hidden) * 2;
+  for (DeviceBuffer* buf : {&tokens.send_buf, &tokens.recv_buf, &tokens.x_expert, &tokens.y_expert,
+                            &tokens.y_back, &tokens.comb_buf}) {
+    *buf = DeviceBuffer(rows * row_bytes);
+  }
+  tokens.shared_out = DeviceBuffer(config.tokens_per_rank * row_bytes);
+  for (DeviceBuffer* buf :
+       {&routes.send_gather, &routes.expert_gather, &routes.back_gather, &routes.route_row}) {
+    *buf = DeviceBuffer(rows * sizeof(int32_t));
+  }
+  routes.route_weight = DeviceBuffer(rows * sizeof(float));
+  repl.count_row = DeviceBuffer(topo.num_experts * sizeof(int32_t));
+  repl.count_matrix = DeviceBuffer(static_cast<size_t>(topo.num_ranks) * topo.num_experts * 4);
+  repl.ops = DeviceBuffer(kMaxLocalCopyOps * sizeof(CopyOp));
+  repl.slot_expert = DeviceBuffer(std::max(1, topo.num_ranks * topo.num_slots) * sizeof(int32_t));
+  repl.fallback_slots = DeviceBuffer(sizeof(uint32_t));
+  ISER_CUDA_CHECK(cudaMallocHost(&repl.matrix_host,
+                                 static_cast<size_t>(topo.num_ranks) * topo.num_experts * 4));
+}
+
+void EpMoeLayer::Impl::set_up_gpu_planner(int stream_priority) {
+  const Topology& topo = config.topo;
+  // Refuses policies the GPU planner does not reproduce (iser::Error naming the policy).
+  gpu.planner = std::make_unique<GpuPlanner>(topo, config.tokens_per_rank * config.top_k,
+                                             gpu_planner_options(config.policy));
+  gpu.block = PlanBlock::make(gpu.planner->layout());
+  ISER_CHECK(gpu.block.max_ops <= kMaxLocalCopyOps,
+             "ep layer: the GPU plan may hold {} broadcasts; the copy list holds at most {}",
+             gpu.block.max_ops, kMaxLocalCopyOps);
+  gpu.words = DeviceBuffer(static_cast<size_t>(gpu.block.total_words) * sizeof(int32_t));
+  // On `copy`, the stream of the plan below: a cudaMemset (default stream) is not ordered before
+  // a non-blocking stream's kernels.
+  ISER_CUDA_CHECK(cudaMemsetAsync(gpu.words.get(), 0, gpu.words.bytes(), copy));
+  ISER_CUDA_CHECK(cudaMallocHost(&gpu.host, gpu.words.bytes()));
+  ISER_CUDA_CHECK(cudaStreamCreateWithPriority(&readback, cudaStreamNonBlocking, stream_priority));
+  // NOTE: one plan of the zeroed block (no broadcasts) loads the planner and copy-list kernels
+  // now: with lazy module loading their first launch could otherwise wait for a stalled copy.
+  gpu.planner->plan(gpu.matrix(), gpu.plan(), copy);
+  cuda::launch_plan_copy_list(copy_list_params(), copy);
+  ISER_CUDA_CHECK(cudaStreamSynchronize(copy));
 }
 
 EpMoeLayer::EpMoeLayer(const LayerConfig& config, Runtime& runtime, ncclComm* comm,
@@ -368,55 +479,18 @@ EpMoeLayer::EpMoeLayer(const LayerConfig& config, Runtime& runtime, ncclComm* co
   ISER_CUDA_CHECK(cudaStreamCreateWithPriority(&s.copy, cudaStreamNonBlocking, greatest));
   s.policy = make_policy(config.policy, topo);
 
-  const int64_t rows = s.max_rows();
-  const size_t row_bytes = static_cast<size_t>(config.shape.hidden) * 2;
-  s.mlp = std::make_unique<GroupedMlp>(config.shape, topo.slots_per_rank(), rows);
+  s.mlp = std::make_unique<GroupedMlp>(config.shape, topo.slots_per_rank(), s.max_rows());
   s.shared_mlp = std::make_unique<GroupedMlp>(config.shape, 1, config.tokens_per_rank);
   s.shared = std::make_unique<ExpertBank>(config.shape, 1);
-  for (DeviceBuffer* buf :
-       {&s.send_buf, &s.recv_buf, &s.x_expert, &s.y_expert, &s.y_back, &s.comb_buf}) {
-    *buf = DeviceBuffer(rows * row_bytes);
-  }
-  s.shared_out = DeviceBuffer(config.tokens_per_rank * row_bytes);
-  for (DeviceBuffer* buf : {&s.send_gather, &s.expert_gather, &s.back_gather, &s.route_row}) {
-    *buf = DeviceBuffer(rows * sizeof(int32_t));
-  }
-  s.route_weight = DeviceBuffer(rows * sizeof(float));
-  s.count_row = DeviceBuffer(topo.num_experts * sizeof(int32_t));
-  s.count_matrix = DeviceBuffer(static_cast<size_t>(topo.num_ranks) * topo.num_experts * 4);
-  s.ops = DeviceBuffer(kMaxLocalCopyOps * sizeof(CopyOp));
-  s.slot_expert = DeviceBuffer(std::max(1, topo.num_ranks * topo.num_slots) * sizeof(int32_t));
-  s.fallback_slots = DeviceBuffer(sizeof(uint32_t));
+  s.allocate_buffers();
   ISER_CHECK(topo.num_slots <= cuda::FallbackCopyConfig::kMaxSlots,
              "ep layer: S = {} helper slots; the READY fallback handles at most {}", topo.num_slots,
              cuda::FallbackCopyConfig::kMaxSlots);
-  ISER_CUDA_CHECK(
-      cudaMallocHost(&s.matrix_host, static_cast<size_t>(topo.num_ranks) * topo.num_experts * 4));
   const bool use_gpu_planner =
       options.planner == PlannerKind::kGpu ||
       (options.planner == PlannerKind::kAuto &&
        gpu_planner_covers(config.policy, topo, int64_t{config.tokens_per_rank} * config.top_k));
-  if (use_gpu_planner) {
-    // Refuses policies the GPU planner does not reproduce (iser::Error naming the policy).
-    s.gpu_planner = std::make_unique<GpuPlanner>(topo, config.tokens_per_rank * config.top_k,
-                                                 gpu_planner_options(config.policy));
-    s.block = PlanBlock::make(s.gpu_planner->layout());
-    ISER_CHECK(s.block.max_ops <= kMaxLocalCopyOps,
-               "ep layer: the GPU plan may hold {} broadcasts; the copy list holds at most {}",
-               s.block.max_ops, kMaxLocalCopyOps);
-    s.plan_block = DeviceBuffer(static_cast<size_t>(s.block.total_words) * sizeof(int32_t));
-    // On s.copy, the stream of the plan below: a cudaMemset (default stream) is not ordered
-    // before a non-blocking stream's kernels.
-    ISER_CUDA_CHECK(cudaMemsetAsync(s.plan_block.get(), 0, s.plan_block.bytes(), s.copy));
-    ISER_CUDA_CHECK(cudaMallocHost(&s.block_host, s.plan_block.bytes()));
-    ISER_CUDA_CHECK(cudaStreamCreateWithPriority(&s.readback, cudaStreamNonBlocking, greatest));
-    // NOTE: one plan of the zeroed block (no broadcasts) loads the planner and copy-list kernels
-    // now: with lazy module loading their first launch could otherwise wait for a stalled copy.
-    s.gpu_planner->plan(s.block_words() + s.block.matrix_offset,
-                        s.block_words() + s.block.plan_offset, s.copy);
-    cuda::launch_plan_copy_list(s.copy_list_params(), s.copy);
-    ISER_CUDA_CHECK(cudaStreamSynchronize(s.copy));
-  }
+  if (use_gpu_planner) s.set_up_gpu_planner(greatest);
 
   // Slot weights: home bundles and helper slots of the runtime's symmetric memory, the shared
   // expert in its own bank.
@@ -436,18 +510,11 @@ void EpMoeLayer::fill_weights(uint64_t seed, float scale) {
   fill_ep_weights(s.config, *s.runtime, s.rank, *s.shared, seed, scale, s.main);
 }
 
-LayerInvocationStats EpMoeLayer::forward(const void* input, std::span<const int32_t> topk_ids,
-                                         std::span<const float> topk_weights, bool balance,
-                                         void* output) {
-  Impl& s = *impl_;
-  const Topology& topo = s.config.topo;
-  const int num_ranks = topo.num_ranks;
-  const int num_experts = topo.num_experts;
-  const int tau = s.config.tokens_per_rank;
-  const int top_k = s.config.top_k;
-  const int home = topo.experts_per_rank();
-  const int per_rank = topo.slots_per_rank();
-  const int64_t local_routes = int64_t{tau} * top_k;
+std::vector<int32_t> EpMoeLayer::Impl::count_routes(std::span<const int32_t> topk_ids,
+                                                    std::span<const float> topk_weights) const {
+  const int num_experts = config.topo.num_experts;
+  const int top_k = config.top_k;
+  const int64_t local_routes = int64_t{config.tokens_per_rank} * top_k;
   ISER_CHECK(static_cast<int64_t>(topk_ids.size()) == local_routes,
              "ep layer: topk_ids has {} entries, expected tau*k = {}", topk_ids.size(),
              local_routes);
@@ -463,189 +530,239 @@ LayerInvocationStats EpMoeLayer::forward(const void* input, std::span<const int3
                i / top_k, i % top_k, e, num_experts);
     if (e >= 0) ++row[e];
   }
+  return row;
+}
+
+void EpMoeLayer::Impl::begin_invocation(bool balance) {
   // NOTE: invocations do not overlap: the previous one's buffers (maps, copy list, bank) are
   // free once its last MAIN event completed.
-  if (s.pending) {
-    ISER_CUDA_CHECK(cudaStreamSynchronize(s.main));
-    ISER_CUDA_CHECK(cudaStreamSynchronize(s.copy));  // the replicate kernel read the copy list
+  if (inv.pending) {
+    ISER_CUDA_CHECK(cudaStreamSynchronize(main));
+    ISER_CUDA_CHECK(cudaStreamSynchronize(copy));  // the replicate kernel read the copy list
   }
   // NOTE: a generation is taken (++generation) only right before its replication is enqueued,
   // and every enqueued replication is followed by its bank release: here when the previous
   // forward() threw between the two, since otherwise every rank's next reuse fence would wait
   // for that release until it timed out.
-  if (s.bank_open) {
-    s.runtime->release_bank(s.generation, s.copy);
-    s.bank_open = false;
+  if (inv.bank_open) {
+    runtime->release_bank(inv.generation, copy);
+    inv.bank_open = false;
   }
-  const bool gpu_planned = balance && s.gpu_planner != nullptr;
-  s.pending = true;
-  s.complete = false;
-  s.last_balanced = balance;
-  s.last_gpu_planned = gpu_planned;
-  s.host_times = {};
+  inv.pending = true;
+  inv.complete = false;
+  inv.balanced = balance;
+  inv.gpu_planned = balance && gpu.planner != nullptr;
+  inv.host_times = {};
+}
 
-  // COPY: count exchange right after routing; gpu planner: plan and replication right after it.
-  s.start.record(s.main);
-  ISER_CUDA_CHECK(cudaStreamWaitEvent(s.copy, s.start.get()));
-  ISER_CUDA_CHECK(cudaMemcpyAsync(s.count_row.get(), row.data(), row.size() * 4,
-                                  cudaMemcpyHostToDevice, s.copy));
-  int32_t* device_matrix =
-      gpu_planned ? s.block_words() + s.block.matrix_offset : s.count_matrix.get<int32_t>();
-  s.runtime->exchange_counts(s.count_row.get<int32_t>(), device_matrix, ++s.epoch, s.copy);
-  const int32_t* matrix_host = s.matrix_host;
-  if (gpu_planned) {
-    s.enqueue_gpu_plan();
-    matrix_host = s.block_host + s.block.matrix_offset;
-  } else {
-    ISER_CUDA_CHECK(cudaMemcpyAsync(s.matrix_host, s.count_matrix.get(),
-                                    static_cast<size_t>(num_ranks) * num_experts * 4,
-                                    cudaMemcpyDeviceToHost, s.copy));
-    s.counts_ready.record(s.copy);
+const int32_t* EpMoeLayer::Impl::enqueue_count_exchange(const std::vector<int32_t>& row) {
+  events.start.record(main);
+  ISER_CUDA_CHECK(cudaStreamWaitEvent(copy, events.start.get()));
+  ISER_CUDA_CHECK(cudaMemcpyAsync(repl.count_row.get(), row.data(), row.size() * 4,
+                                  cudaMemcpyHostToDevice, copy));
+  int32_t* device_matrix = inv.gpu_planned ? gpu.matrix() : repl.count_matrix.get<int32_t>();
+  runtime->exchange_counts(repl.count_row.get<int32_t>(), device_matrix, ++inv.epoch, copy);
+  if (inv.gpu_planned) {
+    enqueue_gpu_plan();
+    return gpu.host_matrix();
   }
+  ISER_CUDA_CHECK(
+      cudaMemcpyAsync(repl.matrix_host, repl.count_matrix.get(),
+                      static_cast<size_t>(config.topo.num_ranks) * config.topo.num_experts * 4,
+                      cudaMemcpyDeviceToHost, copy));
+  events.counts_ready.record(copy);
+  return repl.matrix_host;
+}
 
-  // MAIN: the shared expert, beside the count exchange and the planner. gpu planner: the only
-  // wait on COPY before the READY gate is for the plan (its copy list feeds the gate).
-  s.shared_begin.record(s.main);
-  s.shared_mlp->run(input, std::vector<int32_t>{tau}, s.shared_out.get(), s.main);
-  s.shared_end.record(s.main);
-  if (gpu_planned) ISER_CUDA_CHECK(cudaStreamWaitEvent(s.main, s.plan_ready.get()));
+void EpMoeLayer::Impl::enqueue_shared_expert(const void* input) {
+  events.shared_begin.record(main);
+  shared_mlp->run(input, std::vector<int32_t>{config.tokens_per_rank}, tokens.shared_out.get(),
+                  main);
+  events.shared_end.record(main);
+  // gpu planner: the only wait on COPY before the READY gate is for the plan (its copy list
+  // feeds the gate).
+  if (inv.gpu_planned) ISER_CUDA_CHECK(cudaStreamWaitEvent(main, events.plan_ready.get()));
+}
 
-  // Host: plan from the exchanged counts (gpu planner: decode the device's plan).
-  auto clock = std::chrono::steady_clock::now();
-  ISER_CUDA_CHECK(cudaEventSynchronize(s.counts_ready.get()));
-  s.host_times.counts_wait_us = since_us(clock);
-  clock = std::chrono::steady_clock::now();
+CountMatrix EpMoeLayer::Impl::read_counts(const int32_t* matrix_host,
+                                          const std::vector<int32_t>& row) {
+  const int num_ranks = config.topo.num_ranks;
+  const int num_experts = config.topo.num_experts;
+  const auto clock = std::chrono::steady_clock::now();
+  ISER_CUDA_CHECK(cudaEventSynchronize(events.counts_ready.get()));
+  inv.host_times.counts_wait_us = since_us(clock);
   CountMatrix counts(num_ranks, num_experts);
   std::copy(matrix_host, matrix_host + static_cast<size_t>(num_ranks) * num_experts,
             counts.data().begin());
   for (int e = 0; e < num_experts; ++e) {
-    ISER_CHECK(counts.at(s.rank, e) == row[e],
-               "ep layer: exchanged count row of rank {} differs at expert {} ({} != {})", s.rank,
-               e, counts.at(s.rank, e), row[e]);
+    ISER_CHECK(counts.at(rank, e) == row[e],
+               "ep layer: exchanged count row of rank {} differs at expert {} ({} != {})", rank, e,
+               counts.at(rank, e), row[e]);
   }
-  LayerInvocationStats stats;
-  std::vector<CopyOp> ops;
-  if (gpu_planned) {
-    s.host_times.plan_rejected = !s.accept_gpu_plan(counts, stats.plan, ops);
-  } else {
-    stats.plan = balance ? s.policy->plan(counts).plan : make_empty_plan(topo, counts);
-    if (balance) check_plan(topo, counts, stats.plan, s.policy->validation());
-  }
+  return counts;
+}
 
-  // COPY (host planner): replication of the plan's experts into the groups' helper slots.
-  if (balance && !gpu_planned) {
-    ops = make_copy_list(stats.plan);
-    validate_copy_list(s.runtime->config(), ops);
-    if (!ops.empty()) {
-      // On s.copy, the replication's stream: a cudaMemcpy (default stream) may return before its
-      // DMA lands, and nothing would order the replicate kernel after it.
-      ISER_CUDA_CHECK(cudaMemcpyAsync(s.ops.get(), ops.data(), ops.size() * sizeof(CopyOp),
-                                      cudaMemcpyHostToDevice, s.copy));
-    }
-    // NOTE: the READY gate on MAIN reads this list; without this event it could run before the
-    // upload landed and validate the slots against the previous invocation's list.
-    s.ops_uploaded.record(s.copy);
-    if (s.copy_hook) s.copy_hook(s.copy);
-    ++s.generation;
-    s.copy_begin.record(s.copy);
-    s.runtime->replicate(s.ops.get<CopyOp>(), static_cast<int>(ops.size()), 0, s.generation,
-                         Transport::kPlan, s.copy);
-    s.bank_open = true;
-    s.copy_end.record(s.copy);
+std::vector<CopyOp> EpMoeLayer::Impl::make_plan(const CountMatrix& counts, bool balance,
+                                                Plan& plan) {
+  std::vector<CopyOp> copy_ops;
+  if (inv.gpu_planned) {
+    inv.host_times.plan_rejected = !accept_gpu_plan(counts, plan, copy_ops);
+    return copy_ops;
   }
-  for (const CopyOp& op : ops) {
-    const bool owner_inside =
-        op.owner >= op.group_begin && op.owner < op.group_begin + op.group_size;
-    stats.remote_copies += op.group_size - (owner_inside ? 1 : 0);
+  plan = balance ? policy->plan(counts).plan : make_empty_plan(config.topo, counts);
+  if (!balance) return copy_ops;
+  check_plan(config.topo, counts, plan, policy->validation());
+  copy_ops = make_copy_list(plan);
+  validate_copy_list(runtime->config(), copy_ops);
+  enqueue_host_replication(copy_ops);
+  return copy_ops;
+}
+
+void EpMoeLayer::Impl::enqueue_host_replication(const std::vector<CopyOp>& copy_ops) {
+  if (!copy_ops.empty()) {
+    // On `copy`, the replication's stream: a cudaMemcpy (default stream) may return before its
+    // DMA lands, and nothing would order the replicate kernel after it.
+    ISER_CUDA_CHECK(cudaMemcpyAsync(repl.ops.get(), copy_ops.data(),
+                                    copy_ops.size() * sizeof(CopyOp), cudaMemcpyHostToDevice,
+                                    copy));
   }
+  // NOTE: the READY gate on MAIN reads this list; without this event it could run before the
+  // upload landed and validate the slots against the previous invocation's list.
+  events.ops_uploaded.record(copy);
+  if (hooks.copy) hooks.copy(copy);
+  ++inv.generation;
+  events.copy_begin.record(copy);
+  runtime->replicate(repl.ops.get<CopyOp>(), static_cast<int>(copy_ops.size()), 0, inv.generation,
+                     Transport::kPlan, copy);
+  inv.bank_open = true;
+  events.copy_end.record(copy);
+}
 
-  // Host: routing maps (who sends what where, in which slot order).
-  const RoutingMaps maps = build_routing_maps(topo, counts, stats.plan, s.rank, topk_ids, top_k);
-  const std::vector<int32_t>& rows_per_slot = maps.rows_per_slot;
-  const int64_t total_recv = maps.total_recv;
-  stats.rank_loads.assign(num_ranks, 0);
-  stats.rank_loads[s.rank] = total_recv;
-  for (int l = home; l < per_rank; ++l) stats.helper_routes += rows_per_slot[l];
-  s.host_times.plan_us = since_us(clock);
-
-  // MAIN: dispatch, expert compute (helper slots behind the READY gate), combine.
+void EpMoeLayer::Impl::dispatch(const void* input, std::span<const float> topk_weights,
+                                const RoutingMaps& maps) {
   const auto upload = [&](DeviceBuffer& to, const void* from, size_t bytes) {
     if (bytes > 0) {
-      ISER_CUDA_CHECK(cudaMemcpyAsync(to.get(), from, bytes, cudaMemcpyHostToDevice, s.main));
+      ISER_CUDA_CHECK(cudaMemcpyAsync(to.get(), from, bytes, cudaMemcpyHostToDevice, main));
     }
   };
-  upload(s.send_gather, maps.send_gather.data(), maps.send_gather.size() * 4);
-  upload(s.expert_gather, maps.expert_gather.data(), maps.expert_gather.size() * 4);
-  upload(s.back_gather, maps.back_gather.data(), maps.back_gather.size() * 4);
-  upload(s.route_row, maps.route_row.data(), maps.route_row.size() * 4);
-  upload(s.route_weight, topk_weights.data(), topk_weights.size() * 4);
-  const int hidden = s.config.shape.hidden;
+  upload(routes.send_gather, maps.send_gather.data(), maps.send_gather.size() * 4);
+  upload(routes.expert_gather, maps.expert_gather.data(), maps.expert_gather.size() * 4);
+  upload(routes.back_gather, maps.back_gather.data(), maps.back_gather.size() * 4);
+  upload(routes.route_row, maps.route_row.data(), maps.route_row.size() * 4);
+  upload(routes.route_weight, topk_weights.data(), topk_weights.size() * 4);
+  const int hidden = config.shape.hidden;
   cuda::launch_gather_rows(
-      {static_cast<const uint16_t*>(input), s.send_buf.get<uint16_t>(),
-       s.send_gather.get<int32_t>(), static_cast<int64_t>(maps.send_gather.size()), hidden},
-      s.main);
-  s.send_recv(s.send_buf, maps.send_off, maps.send_count, s.recv_buf, maps.recv_off,
-              maps.recv_count);
-  cuda::launch_gather_rows({s.recv_buf.get<uint16_t>(), s.x_expert.get<uint16_t>(),
-                            s.expert_gather.get<int32_t>(), total_recv, hidden},
-                           s.main);
+      {static_cast<const uint16_t*>(input), tokens.send_buf.get<uint16_t>(),
+       routes.send_gather.get<int32_t>(), static_cast<int64_t>(maps.send_gather.size()), hidden},
+      main);
+  send_recv(tokens.send_buf, maps.send_off, maps.send_count, tokens.recv_buf, maps.recv_off,
+            maps.recv_count);
+  cuda::launch_gather_rows({tokens.recv_buf.get<uint16_t>(), tokens.x_expert.get<uint16_t>(),
+                            routes.expert_gather.get<int32_t>(), maps.total_recv, hidden},
+                           main);
+}
+
+void EpMoeLayer::Impl::compute_experts(const RoutingMaps& maps, bool balance,
+                                       const std::vector<CopyOp>& copy_ops) {
+  const int home = config.topo.experts_per_rank();
+  const std::vector<int32_t>& rows_per_slot = maps.rows_per_slot;
   std::vector<int32_t> home_rows(rows_per_slot), helper_rows(rows_per_slot);
   std::fill(home_rows.begin() + home, home_rows.end(), 0);
   std::fill(helper_rows.begin(), helper_rows.begin() + home, 0);
   int64_t num_home_rows = 0;
   for (int l = 0; l < home; ++l) num_home_rows += rows_per_slot[l];
-  s.mlp->run(s.x_expert.get(), home_rows, s.y_expert.get(), s.main);
-  if (balance) {
-    ISER_CUDA_CHECK(cudaMemsetAsync(s.fallback_slots.get(), 0, sizeof(uint32_t), s.main));
-    // gpu planner: MAIN waited for `plan_ready` (the device list) above.
-    if (!gpu_planned) ISER_CUDA_CHECK(cudaStreamWaitEvent(s.main, s.ops_uploaded.get()));
-    s.gate_begin.record(s.main);
-    // gpu planner: the device list's first ops.size() entries are `ops` (checked above); a
-    // rejected plan gates on none, so no route uses a helper slot.
-    s.runtime->ready_gate(gpu_planned ? s.block_ops() : s.ops.get<CopyOp>(),
-                          static_cast<int>(ops.size()), s.generation, s.slot_expert.get<int32_t>(),
-                          s.main);
-    s.gate_end.record(s.main);
-    s.launch_fallback(ops);
-    s.mlp->run(s.rows(s.x_expert, num_home_rows), helper_rows, s.rows(s.y_expert, num_home_rows),
-               s.main);
-    s.runtime->release_bank(s.generation, s.main);
-    s.bank_open = false;
-  }
-  cuda::launch_gather_rows({s.y_expert.get<uint16_t>(), s.y_back.get<uint16_t>(),
-                            s.back_gather.get<int32_t>(), total_recv, hidden},
-                           s.main);
-  s.send_recv(s.y_back, maps.recv_off, maps.recv_count, s.comb_buf, maps.send_off, maps.send_count);
+  mlp->run(tokens.x_expert.get(), home_rows, tokens.y_expert.get(), main);
+  if (!balance) return;
+  ISER_CUDA_CHECK(cudaMemsetAsync(repl.fallback_slots.get(), 0, sizeof(uint32_t), main));
+  // gpu planner: MAIN waited for `plan_ready` (the device list) in enqueue_shared_expert.
+  if (!inv.gpu_planned) ISER_CUDA_CHECK(cudaStreamWaitEvent(main, events.ops_uploaded.get()));
+  events.gate_begin.record(main);
+  // gpu planner: the device list's first copy_ops.size() entries are `copy_ops` (checked in
+  // accept_gpu_plan); a rejected plan gates on none, so no route uses a helper slot.
+  runtime->ready_gate(inv.gpu_planned ? gpu.ops() : repl.ops.get<CopyOp>(),
+                      static_cast<int>(copy_ops.size()), inv.generation,
+                      repl.slot_expert.get<int32_t>(), main);
+  events.gate_end.record(main);
+  launch_fallback(copy_ops);
+  mlp->run(rows(tokens.x_expert, num_home_rows), helper_rows, rows(tokens.y_expert, num_home_rows),
+           main);
+  runtime->release_bank(inv.generation, main);
+  inv.bank_open = false;
+}
+
+void EpMoeLayer::Impl::combine(const RoutingMaps& maps, void* output) {
+  const int hidden = config.shape.hidden;
+  cuda::launch_gather_rows({tokens.y_expert.get<uint16_t>(), tokens.y_back.get<uint16_t>(),
+                            routes.back_gather.get<int32_t>(), maps.total_recv, hidden},
+                           main);
+  send_recv(tokens.y_back, maps.recv_off, maps.recv_count, tokens.comb_buf, maps.send_off,
+            maps.send_count);
   cuda::launch_combine(
-      {s.comb_buf.get<uint16_t>(), s.route_row.get<int32_t>(), s.route_weight.get<float>(),
-       s.shared_out.get<uint16_t>(), static_cast<uint16_t*>(output), tau, top_k, hidden},
-      s.main);
-  s.end.record(s.main);
-  s.complete = true;
+      {tokens.comb_buf.get<uint16_t>(), routes.route_row.get<int32_t>(),
+       routes.route_weight.get<float>(), tokens.shared_out.get<uint16_t>(),
+       static_cast<uint16_t*>(output), config.tokens_per_rank, config.top_k, hidden},
+      main);
+}
+
+LayerInvocationStats EpMoeLayer::forward(const void* input, std::span<const int32_t> topk_ids,
+                                         std::span<const float> topk_weights, bool balance,
+                                         void* output) {
+  Impl& s = *impl_;
+  const Topology& topo = s.config.topo;
+  const std::vector<int32_t> row = s.count_routes(topk_ids, topk_weights);
+  s.begin_invocation(balance);
+  const int32_t* matrix_host = s.enqueue_count_exchange(row);
+  s.enqueue_shared_expert(input);
+
+  const CountMatrix counts = s.read_counts(matrix_host, row);
+  const auto clock = std::chrono::steady_clock::now();
+  LayerInvocationStats stats;
+  const std::vector<CopyOp> ops = s.make_plan(counts, balance, stats.plan);
+  for (const CopyOp& op : ops) {
+    const bool owner_inside =
+        op.owner >= op.group_begin && op.owner < op.group_begin + op.group_size;
+    stats.remote_copies += op.group_size - (owner_inside ? 1 : 0);
+  }
+  // Host: routing maps (who sends what where, in which slot order).
+  const RoutingMaps maps =
+      build_routing_maps(topo, counts, stats.plan, s.rank, topk_ids, s.config.top_k);
+  stats.rank_loads.assign(topo.num_ranks, 0);
+  stats.rank_loads[s.rank] = maps.total_recv;
+  for (int l = topo.experts_per_rank(); l < topo.slots_per_rank(); ++l) {
+    stats.helper_routes += maps.rows_per_slot[l];
+  }
+  s.inv.host_times.plan_us = since_us(clock);
+
+  // MAIN: dispatch, expert compute (helper slots behind the READY gate), combine.
+  s.dispatch(input, topk_weights, maps);
+  s.compute_experts(maps, balance, ops);
+  s.combine(maps, output);
+  s.events.end.record(s.main);
+  s.inv.complete = true;
   return stats;
 }
 
 PlannerKind EpMoeLayer::planner() const {
-  return impl_->gpu_planner != nullptr ? PlannerKind::kGpu : PlannerKind::kHost;
+  return impl_->gpu.planner != nullptr ? PlannerKind::kGpu : PlannerKind::kHost;
 }
 
 void EpMoeLayer::set_plan_hook(std::function<void(Stream, int32_t*)> hook) {
-  impl_->plan_hook = std::move(hook);
+  impl_->hooks.plan = std::move(hook);
 }
 
 void EpMoeLayer::set_copy_hook(std::function<void(Stream)> hook) {
-  impl_->copy_hook = std::move(hook);
+  impl_->hooks.copy = std::move(hook);
 }
 
 EpLayerTimings EpMoeLayer::finish() {
   Impl& s = *impl_;
-  ISER_CHECK(s.pending, "ep layer: finish() without a forward()");
-  ISER_CHECK(s.complete, "ep layer: finish() after a forward() that threw");
-  ISER_CUDA_CHECK(cudaEventSynchronize(s.end.get()));
+  ISER_CHECK(s.inv.pending, "ep layer: finish() without a forward()");
+  ISER_CHECK(s.inv.complete, "ep layer: finish() after a forward() that threw");
+  ISER_CUDA_CHECK(cudaEventSynchronize(s.events.end.get()));
   ISER_CUDA_CHECK(cudaStreamSynchronize(s.copy));
-  EpLayerTimings t = s.host_times;
-  if (s.last_balanced) {
-    ISER_CUDA_CHECK(cudaMemcpy(&t.fallback_slots, s.fallback_slots.get(), sizeof(uint32_t),
+  EpLayerTimings t = s.inv.host_times;
+  if (s.inv.balanced) {
+    ISER_CUDA_CHECK(cudaMemcpy(&t.fallback_slots, s.repl.fallback_slots.get(), sizeof(uint32_t),
                                cudaMemcpyDeviceToHost));
   }
   // A READY failure (a writer timed out, failed or ran too late) was handled on the device: the
@@ -655,7 +772,7 @@ EpLayerTimings EpMoeLayer::finish() {
   const bool ready_failure = status.code == StatusCode::kReadyTimeout ||
                              status.code == StatusCode::kCopyFailed ||
                              status.code == StatusCode::kReadyOvertaken;
-  if (ready_failure && s.last_balanced) {
+  if (ready_failure && s.inv.balanced) {
     std::fprintf(stderr,
                  "iser: ep layer rank %d: %s; %u helper slot(s) recomputed from home bundles\n",
                  s.rank, status.message().c_str(), t.fallback_slots);
@@ -663,13 +780,13 @@ EpLayerTimings EpMoeLayer::finish() {
   } else {
     s.runtime->check_status();
   }
-  t.layer_ms = elapsed_ms(s.start, s.end);
-  t.shared_ms = elapsed_ms(s.shared_begin, s.shared_end);
-  if (s.last_balanced) {
-    t.copy_ms = elapsed_ms(s.copy_begin, s.copy_end);
-    t.ready_wait_ms = elapsed_ms(s.gate_begin, s.gate_end);
+  t.layer_ms = elapsed_ms(s.events.start, s.events.end);
+  t.shared_ms = elapsed_ms(s.events.shared_begin, s.events.shared_end);
+  if (s.inv.balanced) {
+    t.copy_ms = elapsed_ms(s.events.copy_begin, s.events.copy_end);
+    t.ready_wait_ms = elapsed_ms(s.events.gate_begin, s.events.gate_end);
   }
-  if (s.last_gpu_planned) t.gpu_plan_ms = elapsed_ms(s.plan_begin, s.plan_ready);
+  if (s.inv.gpu_planned) t.gpu_plan_ms = elapsed_ms(s.events.plan_begin, s.events.plan_ready);
   return t;
 }
 

@@ -15,14 +15,16 @@
 #include <string>
 #include <vector>
 
+#include "cuda/device_buffer.h"
 #include "cuda/moe_kernels.h"
 #include "iser/error.h"
 #include "iser/moe.h"
 #include "moe/cublas_check.h"
-#include "moe/device_buffer.h"
 #include "moe/lt_gemm.h"
 
 namespace iser::moe {
+
+using cuda::DeviceBuffer;
 
 void ExpertShape::check() const {
   ISER_CHECK(hidden > 0 && hidden % 8 == 0,

@@ -3,6 +3,7 @@
 
 #include <vector>
 
+#include "cuda/device_buffer.h"
 #include "cuda/moe_kernels.h"
 #include "iser/counts.h"
 #include "iser/error.h"
@@ -10,9 +11,10 @@
 #include "iser/policy.h"
 #include "iser/rewrite.h"
 #include "iser/validator.h"
-#include "moe/device_buffer.h"
 
 namespace iser::moe {
+
+using cuda::DeviceBuffer;
 
 struct LogicalEpLayer::Impl {
   LayerConfig config;

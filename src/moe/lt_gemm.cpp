@@ -8,12 +8,14 @@
 #include <tuple>
 #include <vector>
 
+#include "cuda/device_buffer.h"
 #include "cuda/moe_kernels.h"
 #include "iser/error.h"
 #include "moe/cublas_check.h"
-#include "moe/device_buffer.h"
 
 namespace iser::moe {
+
+using cuda::DeviceBuffer;
 namespace {
 
 // -1 where the attribute cannot be read.

@@ -15,17 +15,18 @@
 #include <cstdio>
 #include <utility>
 
+#include "cuda/device_buffer.h"
 #include "cuda/moe_graph_kernels.h"
 #include "cuda/moe_kernels.h"
 #include "iser/error.h"
-#include "moe/device_buffer.h"
+#include "iser/testing/hooks.h"
 #include "moe/order_event.h"
 #include "runtime/layout.h"
 
 namespace iser {
 namespace {
 
-using moe::DeviceBuffer;
+using cuda::DeviceBuffer;
 using moe::OrderEvent;
 
 bool sm_transport(Transport transport) {
@@ -306,8 +307,8 @@ void SlotBalancer::replicate() {
   // on a null op (group_size 0).
   const auto run = [&](int begin, int end, cudaStream_t stream) {
     if (begin < end) {
-      s.runtime->replicate_ranks(begin, end, s.ops.get<CopyOp>(), s.max_ops, 0, s.generation,
-                                 s.config.transport, stream, s.config.copy_sms);
+      testing::replicate_ranks(*s.runtime, begin, end, s.ops.get<CopyOp>(), s.max_ops, 0,
+                               s.generation, s.config.transport, stream, s.config.copy_sms);
     }
   };
   ++s.generation;
@@ -339,7 +340,12 @@ void SlotBalancer::set_fault_stream(int local_idx, StreamHandle stream) {
              "and a stream",
              local_idx, s.num_local);
   s.fault_rank = local_idx < 0 ? -1 : local_idx;
-  if (local_idx >= 0) s.generation = s.runtime->last_generation(0);
+  if (local_idx >= 0) {
+    // Documented (the faulted calls start from a drained device): status reads no longer
+    // synchronise it.
+    ISER_CUDA_CHECK(cudaDeviceSynchronize());
+    s.generation = s.runtime->last_generation(0);
+  }
   s.fault_stream = local_idx < 0 ? nullptr : stream;
 }
 

@@ -7,6 +7,7 @@
 #include <cuda_runtime.h>
 #include <nccl.h>
 
+#include "cuda/device_buffer.h"
 #include "iser/error.h"
 
 namespace iser::runtime {
@@ -15,8 +16,8 @@ namespace iser::runtime {
 template <typename T>
 std::vector<T> all_gather(ncclComm* comm, const T& mine, int num_ranks) {
   static_assert(std::is_trivially_copyable_v<T>);
-  char* device = nullptr;
-  ISER_CUDA_CHECK(cudaMalloc(&device, sizeof(T) * (num_ranks + 1)));
+  const cuda::DeviceBuffer buffer(sizeof(T) * (num_ranks + 1));
+  char* device = buffer.get<char>();
   std::vector<T> all(num_ranks);
   cudaStream_t stream = nullptr;
   try {
@@ -30,11 +31,9 @@ std::vector<T> all_gather(ncclComm* comm, const T& mine, int num_ranks) {
         cudaMemcpy(all.data(), device + sizeof(T), sizeof(T) * num_ranks, cudaMemcpyDeviceToHost));
   } catch (...) {
     if (stream) cudaStreamDestroy(stream);
-    cudaFree(device);
     throw;
   }
   cudaStreamDestroy(stream);
-  cudaFree(device);
   return all;
 }
 

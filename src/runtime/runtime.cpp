@@ -8,6 +8,7 @@
 #include <cuda_runtime.h>
 #include <nccl.h>
 
+#include "cuda/device_buffer.h"
 #include "cuda/host_lane.h"
 #include "cuda/kernels.h"
 #include "iser/error.h"
@@ -163,9 +164,9 @@ void Runtime::allocate(int num_local) {
   ISER_CUDA_CHECK(cudaMalloc(&device_scratch_, cuda::scratch_bytes() * num_local));
   ISER_CUDA_CHECK(cudaMemset(device_scratch_, 0, cuda::scratch_bytes() * num_local));
   ISER_CUDA_CHECK(cudaMalloc(&device_ce_ops_, sizeof(CopyOp) * kMaxLocalCopyOps));
-  ISER_CUDA_CHECK(cuda::preload_replicate_kernels());
-  ISER_CUDA_CHECK(cuda::preload_exchange_kernels());
-  ISER_CUDA_CHECK(cuda::preload_gate_kernels());
+  cuda::preload_replicate_kernels();
+  cuda::preload_exchange_kernels();
+  cuda::preload_gate_kernels();
   ISER_CUDA_CHECK(cudaDeviceSynchronize());
 }
 
@@ -175,6 +176,10 @@ Runtime::~Runtime() {
 
 void Runtime::release() noexcept {
   cudaDeviceSynchronize();
+  for (const auto& [stream, event] : tracked_) cudaEventDestroy(event);
+  tracked_.clear();
+  if (status_stream_ != nullptr) cudaStreamDestroy(status_stream_);
+  status_stream_ = nullptr;
   staging_.reset();
   cudaFree(device_ce_ops_);
   cudaFree(device_scratch_);
@@ -232,32 +237,21 @@ cuda::RankSpace make_space(const RuntimeConfig& config, void* peer_bases, int fi
   return space;
 }
 
-// One local rank's scratch, after the device drained.
-cuda::Scratch read_scratch(const void* device_scratch, int local_idx) {
-  ISER_CUDA_CHECK(cudaDeviceSynchronize());
-  cuda::Scratch scratch{};
-  ISER_CUDA_CHECK(cudaMemcpy(
-      &scratch, static_cast<const char*>(device_scratch) + cuda::scratch_bytes() * local_idx,
-      sizeof(scratch), cudaMemcpyDeviceToHost));
-  return scratch;
-}
-
-// Who writes an op under a transport (-1: as the op says).
+// Who writes an op under a transport (kNoModeOverride: as the op says).
 int32_t mode_override(Transport transport) {
   switch (transport) {
     case Transport::kP2PDirect:
     case Transport::kCopyEngine:
-      return kCopyModeDirect;
+      return runtime::mode_override_of(TransportMode::kOwnerDirect);
     case Transport::kP2PSami:
-      return kCopyModeSami;
+      return runtime::mode_override_of(TransportMode::kSami);
     case Transport::kP2PSamiOwner:
     case Transport::kP2PSamiHost:  // the same writers; the host lane adds no writer
-      return kCopyModeSamiOwner;
+      return runtime::mode_override_of(TransportMode::kSamiOwner);
     case Transport::kPlan:
-    case Transport::kMulticast:
-      return -1;
+      return runtime::kNoModeOverride;
   }
-  return -1;
+  return runtime::kNoModeOverride;
 }
 
 }  // namespace
@@ -273,9 +267,9 @@ void Runtime::exchange_counts_ranks(int local_begin, int local_end, const int32_
   ISER_CHECK(0 <= local_begin && local_begin < local_end && local_end <= num_local_ranks_,
              "count exchange: local ranks [{}, {}) not inside [0, {})", local_begin, local_end,
              num_local_ranks_);
-  ISER_CUDA_CHECK(cuda::launch_count_exchange(
-      make_space(config_, device_peer_bases_, first_rank_, device_scratch_), rows, matrix, epoch,
-      local_begin, local_end, stream));
+  cuda::launch_count_exchange(make_space(config_, device_peer_bases_, first_rank_, device_scratch_),
+                              rows, matrix, epoch, local_begin, local_end, stream);
+  track(stream);
 }
 
 void Runtime::count_and_exchange(const CountInput& count, int32_t* matrix, uint64_t epoch,
@@ -291,9 +285,9 @@ void Runtime::count_and_exchange(const CountInput& count, int32_t* matrix, uint6
   in.rows = count.rows;
   in.tile_counts = count.tile_counts;
   in.error_word = count.error_word;
-  ISER_CUDA_CHECK(cuda::launch_count_exchange(
-      make_space(config_, device_peer_bases_, first_rank_, device_scratch_), nullptr, matrix, epoch,
-      0, num_local_ranks_, stream, in));
+  cuda::launch_count_exchange(make_space(config_, device_peer_bases_, first_rank_, device_scratch_),
+                              nullptr, matrix, epoch, 0, num_local_ranks_, stream, in);
+  track(stream);
 }
 
 void Runtime::replicate(const CopyOp* ops, int num_ops, int layer, uint64_t generation,
@@ -329,10 +323,6 @@ void Runtime::launch_replicate(int local_begin, int local_end, const CopyOp* ops
   ISER_CHECK(transport != Transport::kCopyEngine,
              "replicate: the copy-engine transport needs a host copy list "
              "(Runtime::replicate_copy_engine)");
-  // NOTE: multicast_available_ is never true in this build (runtime/peer_memory.h): the
-  // multimem store path is not bound to NCCL's multimem pointers, so no launch reaches it.
-  ISER_CHECK(transport != Transport::kMulticast, "replicate: multicast transport unavailable: {}",
-             multicast_reason_);
   args.mode_override = mode_override(transport);
   const int copy_ctas = num_sms > 0 ? num_sms : config_.copy_sms;
   if (transport == Transport::kP2PSamiHost && host_slices() > 0) {
@@ -357,11 +347,11 @@ void Runtime::launch_replicate(int local_begin, int local_end, const CopyOp* ops
                  needed, num_device_sms);
     }
   }
-  ISER_CUDA_CHECK(cuda::launch_replicate(
+  cuda::launch_replicate(
       make_space(config_, device_peer_bases_, first_rank_, device_scratch_), args, local_begin,
       local_end, copy_ctas,
-      cuda::resolve_copy_shape(config_.copy_path, config_.copy_warps, config_.copy_stages),
-      stream));
+      cuda::resolve_copy_shape(config_.copy_path, config_.copy_warps, config_.copy_stages), stream);
+  track(stream);
 }
 
 void Runtime::replicate_copy_engine(std::span<const CopyOp> ops, int layer, uint64_t generation,
@@ -379,9 +369,9 @@ void Runtime::replicate_copy_engine(std::span<const CopyOp> ops, int layer, uint
                                     cudaMemcpyHostToDevice, stream));
   }
   const int bank = bank_of(generation);
-  ISER_CUDA_CHECK(cuda::launch_copy_engine_fence(space, static_cast<const CopyOp*>(device_ce_ops_),
-                                                 static_cast<int>(ops.size()), generation,
-                                                 config_.num_banks, num_local_ranks_, stream));
+  cuda::launch_copy_engine_fence(space, static_cast<const CopyOp*>(device_ce_ops_),
+                                 static_cast<int>(ops.size()), generation, config_.num_banks,
+                                 num_local_ranks_, stream);
   const runtime::RegionLayout& layout = space.layout;
   const int h = config_.experts_per_rank();
   for (const CopyOp& op : ops) {
@@ -393,7 +383,8 @@ void Runtime::replicate_copy_engine(std::span<const CopyOp> ops, int layer, uint
                                       cudaMemcpyDeviceToDevice, stream));
     }
   }
-  ISER_CUDA_CHECK(cuda::launch_publish_ready(space, generation, num_local_ranks_, stream));
+  cuda::launch_publish_ready(space, generation, num_local_ranks_, stream);
+  track(stream);
 }
 
 void Runtime::ready_gate(const CopyOp* ops, int num_ops, uint64_t generation, int32_t* slot_expert,
@@ -402,27 +393,66 @@ void Runtime::ready_gate(const CopyOp* ops, int num_ops, uint64_t generation, in
              num_ops, kMaxLocalCopyOps);
   ISER_CHECK(num_ops == 0 || ops != nullptr, "READY gate: {} ops but a null op list", num_ops);
   ISER_CHECK(slot_expert != nullptr, "READY gate: null slot_expert");
-  ISER_CUDA_CHECK(cuda::launch_ready_gate(
-      make_space(config_, device_peer_bases_, first_rank_, device_scratch_), ops, num_ops,
-      generation, slot_expert, mode_override(transport), num_local_ranks_, stream));
+  cuda::launch_ready_gate(make_space(config_, device_peer_bases_, first_rank_, device_scratch_),
+                          ops, num_ops, generation, slot_expert, mode_override(transport),
+                          num_local_ranks_, stream);
+  track(stream);
 }
 
 void Runtime::fallback_rewrite(const int32_t* slot_expert, const int32_t* expert_ids,
                                int32_t* slot_ids, int64_t routes_per_rank, StreamHandle stream) {
-  ISER_CUDA_CHECK(cuda::launch_fallback_rewrite(
+  cuda::launch_fallback_rewrite(
       make_space(config_, device_peer_bases_, first_rank_, device_scratch_), slot_expert,
-      expert_ids, slot_ids, routes_per_rank, num_local_ranks_, stream));
+      expert_ids, slot_ids, routes_per_rank, num_local_ranks_, stream);
+  track(stream);
 }
 
 void Runtime::release_bank(uint64_t generation, StreamHandle stream) {
-  ISER_CUDA_CHECK(cuda::launch_release_bank(
-      make_space(config_, device_peer_bases_, first_rank_, device_scratch_), generation,
-      num_local_ranks_, stream));
+  cuda::launch_release_bank(make_space(config_, device_peer_bases_, first_rank_, device_scratch_),
+                            generation, num_local_ranks_, stream);
+  track(stream);
+}
+
+// NOTE: the events order a status read after the runtime's own work on every stream it was
+// given (a kernel that reports writes the status word before it completes), without waiting
+// for anything else the application runs on the device. One event per stream, re-recorded:
+// the last work on a stream completes after the earlier work there.
+void Runtime::track(StreamHandle stream) {
+  cudaStreamCaptureStatus capture = cudaStreamCaptureStatusNone;
+  if (cudaStreamIsCapturing(stream, &capture) != cudaSuccess) {
+    (void)cudaGetLastError();  // the legacy stream during another stream's global capture
+    return;
+  }
+  if (capture != cudaStreamCaptureStatusNone) return;
+  for (const auto& [tracked, event] : tracked_) {
+    if (tracked == stream) {
+      ISER_CUDA_CHECK(cudaEventRecord(event, stream));
+      return;
+    }
+  }
+  cudaEvent_t event = nullptr;
+  ISER_CUDA_CHECK(cudaEventCreateWithFlags(&event, cudaEventDisableTiming));
+  tracked_.emplace_back(stream, event);
+  ISER_CUDA_CHECK(cudaEventRecord(event, stream));
+}
+
+void Runtime::read_scratch(int local_idx, void* scratch, int64_t bytes) const {
+  check_local(local_idx);
+  for (const auto& [stream, event] : tracked_) ISER_CUDA_CHECK(cudaEventSynchronize(event));
+  for (const auto& [stream, event] : tracked_) cudaEventDestroy(event);
+  tracked_.clear();
+  if (status_stream_ == nullptr) {
+    ISER_CUDA_CHECK(cudaStreamCreateWithFlags(&status_stream_, cudaStreamNonBlocking));
+  }
+  ISER_CUDA_CHECK(cudaMemcpyAsync(
+      scratch, static_cast<const char*>(device_scratch_) + cuda::scratch_bytes() * local_idx,
+      static_cast<size_t>(bytes), cudaMemcpyDeviceToHost, status_stream_));
+  ISER_CUDA_CHECK(cudaStreamSynchronize(status_stream_));
 }
 
 RuntimeStatus Runtime::status(int local_idx) const {
-  check_local(local_idx);
-  const cuda::Scratch scratch = read_scratch(device_scratch_, local_idx);
+  cuda::Scratch scratch{};
+  read_scratch(local_idx, &scratch, sizeof(scratch));
   RuntimeStatus s;
   s.code = static_cast<StatusCode>(scratch.code);
   s.peer = scratch.peer;
@@ -433,7 +463,9 @@ RuntimeStatus Runtime::status(int local_idx) const {
 
 uint64_t Runtime::last_generation(int local_idx) const {
   check_local(local_idx);
-  return read_scratch(device_scratch_, local_idx).generation;
+  cuda::Scratch scratch{};
+  read_scratch(local_idx, &scratch, sizeof(scratch));
+  return scratch.generation;
 }
 
 void Runtime::set_copy_shape(CopyPath path, int warps, int stages) {
@@ -481,6 +513,7 @@ void Runtime::clear_status(StreamHandle stream) {
   ISER_CUDA_CHECK(cudaMemset2DAsync(device_scratch_, cuda::scratch_bytes(), 0,
                                     offsetof(cuda::Scratch, replicate_arrivals), num_local_ranks_,
                                     stream));
+  track(stream);
   // NOTE: the legacy stream is not ordered before non-blocking streams: wait for the clearing so
   // that it cannot land after (and erase) a status the caller's next work reports.
   if (stream == nullptr) ISER_CUDA_CHECK(cudaStreamSynchronize(nullptr));

@@ -44,8 +44,6 @@ std::string_view to_string(Transport transport) {
       return "p2p-sami";
     case Transport::kCopyEngine:
       return "copy-engine";
-    case Transport::kMulticast:
-      return "multicast";
     case Transport::kPlan:
       return "plan";
     case Transport::kP2PSamiOwner:
@@ -61,14 +59,16 @@ std::string_view to_string(CopyPath path) {
 }
 
 Transport transport_from_string(std::string_view name) {
-  for (Transport t :
-       {Transport::kP2PDirect, Transport::kP2PSami, Transport::kP2PSamiOwner,
-        Transport::kP2PSamiHost, Transport::kCopyEngine, Transport::kMulticast, Transport::kPlan}) {
+  for (Transport t : {Transport::kP2PDirect, Transport::kP2PSami, Transport::kP2PSamiOwner,
+                      Transport::kP2PSamiHost, Transport::kCopyEngine, Transport::kPlan}) {
     if (name == to_string(t)) return t;
   }
+  ISER_CHECK(name != "multicast",
+             "transport 'multicast' is not offered: this build binds no NVLink multicast objects "
+             "(use p2p-direct, p2p-sami, p2p-sami-owner, p2p-sami-host, copy-engine or plan)");
   throw Error(fmt::format(
       "transport: unknown value '{}' (p2p-direct, p2p-sami, p2p-sami-owner, p2p-sami-host, "
-      "copy-engine, multicast, plan)",
+      "copy-engine, plan)",
       name));
 }
 
@@ -170,9 +170,10 @@ void validate_copy_list(const RuntimeConfig& config, std::span<const CopyOp> ops
                op.group_begin + op.group_size, config.num_ranks);
     ISER_CHECK(op.helper >= 0 && op.helper < config.num_slots,
                "copy list: op {} helper = {} not in [0, {})", i, op.helper, config.num_slots);
-    ISER_CHECK(
-        op.mode == kCopyModeDirect || op.mode == kCopyModeSami || op.mode == kCopyModeSamiOwner,
-        "copy list: op {} mode = {} (0 direct, 1 SAMI, 2 owner-assisted SAMI)", i, op.mode);
+    ISER_CHECK(op.mode == TransportMode::kOwnerDirect || op.mode == TransportMode::kSami ||
+                   op.mode == TransportMode::kSamiOwner,
+               "copy list: op {} mode = {} (0 owner-direct, 1 SAMI, 3 owner-assisted SAMI)", i,
+               static_cast<int32_t>(op.mode));
     for (int m = op.group_begin; m < op.group_begin + op.group_size; ++m) {
       char& u = used[static_cast<size_t>(m) * config.num_slots + op.helper];
       ISER_CHECK(!u, "copy list: op {} reuses helper {} of rank {}", i, op.helper, m);

@@ -185,7 +185,7 @@ TEST(ModelOverlap, RejectsBadInputsWithClearErrors) {
     model_overlap(config);
     FAIL() << "negative tokens/rank accepted";
   } catch (const Error& e) {
-    EXPECT_NE(std::string(e.what()).find("--tokens-per-rank = -5"), std::string::npos) << e.what();
+    EXPECT_NE(std::string(e.what()).find("tokens_per_rank = -5"), std::string::npos) << e.what();
   }
   config = paper_config("GB300", "deepseek-v4-pro", 8192, -1);
   EXPECT_THROW(model_overlap(config), Error);

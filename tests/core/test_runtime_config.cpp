@@ -111,8 +111,8 @@ TEST(RuntimeConfig, CopyListFromPlan) {
   plan.broadcasts = {a, b};
   const auto ops = make_copy_list(plan);
   ASSERT_EQ(ops.size(), 2u);
-  EXPECT_EQ(ops[0].mode, kCopyModeSami);
-  EXPECT_EQ(ops[1].mode, kCopyModeDirect);
+  EXPECT_EQ(ops[0].mode, TransportMode::kSami);
+  EXPECT_EQ(ops[1].mode, TransportMode::kOwnerDirect);
   EXPECT_EQ(ops[1].group_begin, 2);
   const RuntimeConfig c = small_config();
   validate_copy_list(c, ops);
@@ -190,11 +190,11 @@ TEST(Multicast, AddressArithmetic) {
 }
 
 TEST(RuntimeConfig, TransportNames) {
-  for (Transport t :
-       {Transport::kP2PDirect, Transport::kP2PSami, Transport::kP2PSamiOwner,
-        Transport::kP2PSamiHost, Transport::kCopyEngine, Transport::kMulticast, Transport::kPlan}) {
+  for (Transport t : {Transport::kP2PDirect, Transport::kP2PSami, Transport::kP2PSamiOwner,
+                      Transport::kP2PSamiHost, Transport::kCopyEngine, Transport::kPlan}) {
     EXPECT_EQ(transport_from_string(to_string(t)), t);
   }
+  expect_error([] { transport_from_string("multicast"); }, "not offered");
   EXPECT_EQ(to_string(Transport::kP2PSamiOwner), "p2p-sami-owner");
   EXPECT_EQ(to_string(Transport::kP2PSamiHost), "p2p-sami-host");
   expect_error([] { transport_from_string("nvls"); }, "'nvls'");
@@ -207,7 +207,8 @@ TEST(RuntimeConfig, TransportNames) {
 // tests), groups of 1, 2 and 4 of 8 ranks, every owner.
 TEST(RuntimeWriters, EverySliceHasOneWriter) {
   constexpr int kRanks = 8;
-  for (int mode : {kCopyModeDirect, kCopyModeSami, kCopyModeSamiOwner}) {
+  for (TransportMode mode :
+       {TransportMode::kOwnerDirect, TransportMode::kSami, TransportMode::kSamiOwner}) {
     for (int g : {1, 2, 4}) {
       for (int begin = 0; begin + g <= kRanks; begin += g) {
         for (int owner = 0; owner < kRanks; ++owner) {
@@ -215,18 +216,18 @@ TEST(RuntimeWriters, EverySliceHasOneWriter) {
           const bool inside = owner >= begin && owner < begin + g;
           // The writers in writer order, as the modes define them.
           std::vector<int> writers;
-          if (mode == kCopyModeDirect) {
+          if (mode == TransportMode::kOwnerDirect) {
             writers = {owner};
           } else {
             for (int m = begin; m < begin + g; ++m) writers.push_back(m);
-            if (mode == kCopyModeSamiOwner && !inside) writers.push_back(owner);
+            if (mode == TransportMode::kSamiOwner && !inside) writers.push_back(owner);
           }
           for (int64_t n : {1, 2, 3, 4, 5, 7, 10, 129}) {
             std::vector<int> mover(n, -1);
             for (int r = 0; r < kRanks; ++r) {
               const runtime::OpWriter w = runtime::op_writer(op, mode, r);
               const auto pos = std::find(writers.begin(), writers.end(), r);
-              const std::string what = "mode " + std::to_string(mode) + " group [" +
+              const std::string what = "mode " + std::string(to_string(mode)) + " group [" +
                                        std::to_string(begin) + ", " + std::to_string(begin + g) +
                                        ") owner " + std::to_string(owner) + " rank " +
                                        std::to_string(r) + " slices " + std::to_string(n);
@@ -250,7 +251,7 @@ TEST(RuntimeWriters, EverySliceHasOneWriter) {
             }
             for (int64_t j = 0; j < n; ++j) {
               EXPECT_NE(mover[j], -1)
-                  << "mode " << mode << " owner " << owner << " group [" << begin << ", "
+                  << "mode " << to_string(mode) << " owner " << owner << " group [" << begin << ", "
                   << begin + g << "): slice " << j << " of " << n << " never moved";
             }
           }
@@ -259,19 +260,20 @@ TEST(RuntimeWriters, EverySliceHasOneWriter) {
     }
   }
   // The transport override wins over the op's own mode; -1 keeps it.
-  const CopyOp op{0, 0, 1, 1, 0, kCopyModeDirect};
-  EXPECT_EQ(runtime::effective_mode(op, -1), kCopyModeDirect);
-  EXPECT_EQ(runtime::effective_mode(op, kCopyModeSamiOwner), kCopyModeSamiOwner);
+  const CopyOp op{0, 0, 1, 1, 0, TransportMode::kOwnerDirect};
+  EXPECT_EQ(runtime::effective_mode(op, runtime::kNoModeOverride), TransportMode::kOwnerDirect);
+  EXPECT_EQ(runtime::effective_mode(op, runtime::mode_override_of(TransportMode::kSamiOwner)),
+            TransportMode::kSamiOwner);
 }
 
 TEST(RuntimeConfig, CopyListAcceptsOwnerAssistedSami) {
   const RuntimeConfig c = small_config();  // H = 4
-  validate_copy_list(c, std::vector<CopyOp>{{1, 0, 2, 2, 0, kCopyModeSamiOwner}});
+  validate_copy_list(c, std::vector<CopyOp>{{1, 0, 2, 2, 0, TransportMode::kSamiOwner}});
   expect_error(
       [&] {
-        validate_copy_list(c, std::vector<CopyOp>{{1, 0, 2, 2, 0, 3}});
+        validate_copy_list(c, std::vector<CopyOp>{{1, 0, 2, 2, 0, TransportMode::kPointToPoint}});
       },
-      "op 0 mode = 3 (0 direct, 1 SAMI, 2 owner-assisted SAMI)");
+      "op 0 mode = 2 (0 owner-direct, 1 SAMI, 3 owner-assisted SAMI)");
 }
 
 }  // namespace

@@ -25,11 +25,12 @@ using runtime::HostRole;
 // (the paper's 37.16 MB bundle), shares 0..1, groups of 1, 2 and 4 of 8 ranks, every owner.
 TEST(RuntimeHostLane, EverySliceReachesEveryMemberOnce) {
   constexpr int kRanks = 8;
-  constexpr int kMode = kCopyModeSamiOwner;  // what p2p-sami-host runs every op under
+  constexpr TransportMode kMode =
+      TransportMode::kSamiOwner;  // what p2p-sami-host runs every op under
   for (int g : {1, 2, 4}) {
     for (int begin = 0; begin + g <= kRanks; begin += g) {
       for (int owner = 0; owner < kRanks; ++owner) {
-        const CopyOp op{owner * 3, owner, begin, g, 0, kCopyModeSami};
+        const CopyOp op{owner * 3, owner, begin, g, 0, TransportMode::kSami};
         for (int64_t n : {1, 2, 3, 4, 5, 7, 10, 129, 4536}) {
           for (double share : {0.0, 0.01, 0.05, 0.1, 0.12, 0.25, 0.5, 0.99, 1.0}) {
             const int64_t host = runtime::host_lane_slices(n, share);
@@ -91,7 +92,8 @@ TEST(RuntimeHostLane, EverySliceReachesEveryMemberOnce) {
     }
   }
   // A null op (the padding of a device copy list) has no host lane.
-  EXPECT_EQ(runtime::host_role(CopyOp{0, 0, 0, 0, 0, 0}, 0, 10), HostRole::kNone);
+  EXPECT_EQ(runtime::host_role(CopyOp{0, 0, 0, 0, 0, TransportMode::kOwnerDirect}, 0, 10),
+            HostRole::kNone);
 }
 
 // Areas (bank, helper, group_begin) are disjoint and inside the allocation; flags follow all

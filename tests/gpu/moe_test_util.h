@@ -8,15 +8,13 @@
 #include <cuda_runtime.h>
 #include <nccl.h>
 
+#include "cuda/device_buffer.h"
+#include "gpu/gpu_test_util.h"
 #include "iser/error.h"
-#include "moe/device_buffer.h"
 
 namespace iser::moe::testing {
 
-inline bool has_gpu() {
-  int count = 0;
-  return cudaGetDeviceCount(&count) == cudaSuccess && count > 0;
-}
+using cuda::DeviceBuffer;
 
 inline float bf16_to_float(uint16_t bits) {
   const uint32_t wide = static_cast<uint32_t>(bits) << 16;

@@ -19,6 +19,7 @@
 #include <vector>
 
 #include "cuda/planner_kernels.h"
+#include "gpu/gpu_test_util.h"
 #include "gpu/routing_samples.h"
 #include "iser/counts.h"
 #include "iser/error.h"
@@ -27,14 +28,6 @@
 #include "iser/rewrite.h"
 
 namespace iser::planner_test {
-
-inline bool have_gpu() {
-  int n = 0;
-  return cudaGetDeviceCount(&n) == cudaSuccess && n > 0;
-}
-
-#define SKIP_WITHOUT_GPU() \
-  if (!have_gpu()) GTEST_SKIP() << "no CUDA device"
 
 inline double test_scale() {
   const char* s = std::getenv("ISER_GPU_TEST_SCALE");

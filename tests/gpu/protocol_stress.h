@@ -20,6 +20,7 @@
 
 #include <cuda_runtime.h>
 
+#include "iser/testing/hooks.h"
 #include "runtime_test_util.h"
 #include "stress_kernels.h"
 
@@ -257,9 +258,9 @@ class ProtocolStress {
       const int num_ops = static_cast<int>(ops[b].size());
       for (int l = 0; l < num_writer_launches; ++l) {
         maybe_stall(writer(l));
-        rt_->exchange_counts_ranks(l * ranks_per_launch, (l + 1) * ranks_per_launch,
-                                   rows_->get() + b * row_words(),
-                                   matrix_->get() + b * p * row_words(), g, writer(l));
+        ::iser::testing::exchange_counts_ranks(
+            *rt_, l * ranks_per_launch, (l + 1) * ranks_per_launch, rows_->get() + b * row_words(),
+            matrix_->get() + b * p * row_words(), g, writer(l));
       }
       if (config_.transport == Transport::kCopyEngine) {
         maybe_stall(writer(0));
@@ -267,8 +268,8 @@ class ProtocolStress {
       } else {
         for (int l = 0; l < num_writer_launches; ++l) {
           maybe_stall(writer(l));
-          rt_->replicate_ranks(l * ranks_per_launch, (l + 1) * ranks_per_launch, device_ops,
-                               num_ops, 0, g, config_.transport, writer(l));
+          ::iser::testing::replicate_ranks(*rt_, l * ranks_per_launch, (l + 1) * ranks_per_launch,
+                                           device_ops, num_ops, 0, g, config_.transport, writer(l));
         }
       }
       int32_t* slot_expert = slot_expert_->get() + b * p * map_words();

@@ -11,6 +11,7 @@
 
 #include <cuda_runtime.h>
 
+#include "gpu/gpu_test_util.h"
 #include "iser/error.h"
 #include "iser/runtime.h"
 #include "runtime/layout.h"
@@ -20,17 +21,6 @@ namespace iser::testing {
 inline constexpr uint8_t kPoison = 0xA5;
 
 #define ISER_EXPECT_CUDA(expr) ASSERT_EQ((expr), cudaSuccess) << #expr
-
-inline int num_gpus() {
-  int n = 0;
-  if (cudaGetDeviceCount(&n) != cudaSuccess) return 0;
-  return n;
-}
-
-#define ISER_REQUIRE_GPUS(n)                                                             \
-  do {                                                                                   \
-    if (::iser::testing::num_gpus() < (n)) GTEST_SKIP() << "needs " << (n) << " GPU(s)"; \
-  } while (0)
 
 // Bytes of home bundle (rank, layer, home_idx): every rank can compute every other's.
 inline std::vector<uint8_t> bundle_pattern(const RuntimeConfig& c, int rank, int layer,
@@ -174,7 +164,7 @@ inline std::vector<CopyOp> random_ops(const RuntimeConfig& c, std::mt19937& rng,
     op.group_begin = begin;
     op.group_size = g;
     op.helper = helper;
-    op.mode = static_cast<int>(rng() % 2);
+    op.mode = rng() % 2 == 1 ? TransportMode::kSami : TransportMode::kOwnerDirect;
     ops.push_back(op);
   }
   return ops;

@@ -108,7 +108,7 @@ void expect_counts_match(const CountCase& c, const std::vector<int32_t>& ids, in
 }
 
 TEST(GpuCount, MatchesCpuAcrossTileAndClusterBoundaries) {
-  SKIP_WITHOUT_GPU();
+  ISER_REQUIRE_GPUS(1);
   std::mt19937 rng(42);
   const int T = cuda::kRouteTile;
   // One tile, a few tiles (cluster = tiles), 8 tiles, more tiles than the cluster's CTAs (several
@@ -128,7 +128,7 @@ TEST(GpuCount, MatchesCpuAcrossTileAndClusterBoundaries) {
 }
 
 TEST(GpuCount, BadIdsAreIgnoredAndReported) {
-  SKIP_WITHOUT_GPU();
+  ISER_REQUIRE_GPUS(1);
   std::mt19937 rng(7);
   for (const int routes : {1, 300, 5000, 49152}) {
     CountCase c;
@@ -147,7 +147,7 @@ TEST(GpuCount, BadIdsAreIgnoredAndReported) {
 }
 
 TEST(GpuCount, SkewedIdsAndManyRows) {
-  SKIP_WITHOUT_GPU();
+  ISER_REQUIRE_GPUS(1);
   std::mt19937 rng(3);
   CountCase c;
   c.rows = 64;  // P = 64 logical ranks at decode sizes
@@ -161,7 +161,7 @@ TEST(GpuCount, SkewedIdsAndManyRows) {
 
 // Through GpuPlanner: tau = 0 and tau = 1, and inside a graph replayed on new ids.
 TEST(GpuCount, PlannerCountInAGraph) {
-  SKIP_WITHOUT_GPU();
+  ISER_REQUIRE_GPUS(1);
   const Topology topo = Topology::make(4, 12, 2);
   const int k = 3;
   GpuPlanner planner(topo, 1000 * k, {}, 4);
@@ -205,7 +205,7 @@ TEST(GpuCount, PlannerCountInAGraph) {
 // count_and_exchange: the matrix every rank sees, the rows, the error bit, and the tile counts
 // through plan_rewrite_all (slot ids == rewrite_tokens). E = 15 takes the 4-byte row path.
 TEST(GpuCount, CountInsideTheExchange) {
-  SKIP_WITHOUT_GPU();
+  ISER_REQUIRE_GPUS(1);
   for (const auto& [P, E, tokens] :
        {std::tuple{8, 384, 256}, std::tuple{5, 15, 700}, std::tuple{16, 64, 300}}) {
     const int k = 4;

@@ -9,23 +9,19 @@
 #include <vector>
 
 #include "core/planner/synthetic_counts.h"
+#include "cuda/device_buffer.h"
 #include "cuda/moe_kernels.h"
+#include "gpu/gpu_test_util.h"
 #include "iser/error.h"
 #include "iser/gpu_planner.h"
 #include "iser/planner.h"
 #include "iser/policy.h"
 #include "iser/runtime.h"
-#include "moe/device_buffer.h"
 
 namespace iser {
 namespace {
 
-using moe::DeviceBuffer;
-
-bool have_gpu() {
-  int n = 0;
-  return cudaGetDeviceCount(&n) == cudaSuccess && n > 0;
-}
+using cuda::DeviceBuffer;
 
 // Runs plan_copy_list on `plan_words` (uploaded); returns {num_ops, ops[max_ops]}.
 std::pair<int32_t, std::vector<CopyOp>> run_copy_list(const Topology& topo,
@@ -75,13 +71,13 @@ void expect_null_from(const std::vector<CopyOp>& ops, size_t first, const char* 
   for (size_t i = first; i < ops.size(); ++i) {
     const CopyOp& op = ops[i];
     EXPECT_TRUE(op.expert == -1 && op.owner == -1 && op.group_begin == 0 && op.group_size == 0 &&
-                op.helper == 0 && op.mode == kCopyModeDirect)
+                op.helper == 0 && op.mode == TransportMode::kOwnerDirect)
         << label << ": entry " << i << " is not a null op";
   }
 }
 
 TEST(GpuPlanCopyList, EqualsMakeCopyListThenNullOps) {
-  if (!have_gpu()) GTEST_SKIP() << "no CUDA device";
+  ISER_REQUIRE_GPUS(1);
   struct Case {
     int ranks, experts, slots, g_min;
     const char* policy;
@@ -125,7 +121,7 @@ TEST(GpuPlanCopyList, EqualsMakeCopyListThenNullOps) {
 }
 
 TEST(GpuPlanCopyList, RefusesOutOfRangeBroadcastsAndFailedPlans) {
-  if (!have_gpu()) GTEST_SKIP() << "no CUDA device";
+  ISER_REQUIRE_GPUS(1);
   const Topology topo = Topology::make(8, 64, 4, 2);
   GpuPlanner planner(topo, kTokens * kTopK);
   const GpuPlanLayout& layout = planner.layout();

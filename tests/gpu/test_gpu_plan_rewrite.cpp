@@ -30,7 +30,7 @@ BatchMode fused_mode() {
 }
 
 TEST(GpuPlanRewrite, MatchesCpuOnRandomSkewedTokens) {
-  SKIP_WITHOUT_GPU();
+  ISER_REQUIRE_GPUS(1);
   const int checked = check_random_inputs(variant, fused_mode());
   if (HasFailure()) return;
   std::printf("fused GPU == CPU on %d random inputs (plans and slot ids)\n", checked);
@@ -40,7 +40,7 @@ TEST(GpuPlanRewrite, MatchesCpuOnRandomSkewedTokens) {
 }
 
 TEST(GpuPlanRewrite, MatchesCpuOnRealHistograms) {
-  SKIP_WITHOUT_GPU();
+  ISER_REQUIRE_GPUS(1);
   const std::string path = shared_data("dsv41-flash/coding.csv");
   if (!std::filesystem::exists(path)) GTEST_SKIP() << "no " << path;
   const int checked =
@@ -50,7 +50,7 @@ TEST(GpuPlanRewrite, MatchesCpuOnRealHistograms) {
 
 // The iser planner in the fused kernel: plans that broadcast an expert more than once included.
 TEST(GpuPlanRewriteIser, MatchesCpuOnRandomSkewedTokens) {
-  SKIP_WITHOUT_GPU();
+  ISER_REQUIRE_GPUS(1);
   g_iser_repeats = 0;
   const int checked = check_random_inputs(iser_variant, fused_mode());
   if (HasFailure()) return;
@@ -65,7 +65,7 @@ TEST(GpuPlanRewriteIser, MatchesCpuOnRandomSkewedTokens) {
 }
 
 TEST(GpuPlanRewriteIser, MatchesCpuOnRealHistograms) {
-  SKIP_WITHOUT_GPU();
+  ISER_REQUIRE_GPUS(1);
   const std::string path = shared_data("dsv41-flash/coding.csv");
   if (!std::filesystem::exists(path)) GTEST_SKIP() << "no " << path;
   const int checked =
@@ -95,7 +95,7 @@ RankInputs make_inputs(const Topology& topo, int tokens, int k, int num_inputs) 
 // every replay must plan and rewrite its own input (a wait that matched an older generation would
 // read the previous replay's plan), and direct launches between replays must not disturb them.
 TEST(GpuPlanRewrite, GraphReplaysSeeTheirOwnInput) {
-  SKIP_WITHOUT_GPU();
+  ISER_REQUIRE_GPUS(1);
   const Topology topo = Topology::make(8, 384, 4);
   // 9000 routes: five tiles, the last one partial; a launch of this size splits each tile's slot
   // pass over four CTAs (PlanRewriteParams::num_parts) on any GPU with 21 SMs or more.
@@ -155,7 +155,7 @@ TEST(GpuPlanRewrite, GraphReplaysSeeTheirOwnInput) {
 }
 
 TEST(GpuPlanRewrite, ReportsBadInputsInStatusWords) {
-  SKIP_WITHOUT_GPU();
+  ISER_REQUIRE_GPUS(1);
   const Topology topo = Topology::make(4, 16, 2);
   GpuPlanner planner(topo, 64);
   // Ids out of range (16, -5): -1 slots and kGpuBadExpertId; the others are rewritten.

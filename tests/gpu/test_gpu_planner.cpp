@@ -102,7 +102,7 @@ TEST(GpuPlanLayout, BoundsAndHostDecoding) {
 }
 
 TEST(GpuPlanner, MatchesCpuOnRandomSkewedTokens) {
-  SKIP_WITHOUT_GPU();
+  ISER_REQUIRE_GPUS(1);
   const int checked = check_random_inputs(variant);
   if (HasFailure()) return;
   RecordProperty("inputs", checked);
@@ -124,17 +124,17 @@ void check_repair_schedule(RepairSchedule schedule, const char* name) {
 }
 
 TEST(GpuPlanner, ScheduledRepairMatchesCpu) {
-  SKIP_WITHOUT_GPU();
+  ISER_REQUIRE_GPUS(1);
   check_repair_schedule(RepairSchedule::kScheduled, "scheduled");
 }
 
 TEST(GpuPlanner, PhaseRepairMatchesCpu) {
-  SKIP_WITHOUT_GPU();
+  ISER_REQUIRE_GPUS(1);
   check_repair_schedule(RepairSchedule::kPhases, "phase");
 }
 
 TEST(GpuPlannerIser, MatchesCpuOnRandomSkewedTokens) {
-  SKIP_WITHOUT_GPU();
+  ISER_REQUIRE_GPUS(1);
   g_iser_repeats = 0;
   const int checked = check_random_inputs(iser_variant);
   if (HasFailure()) return;
@@ -149,7 +149,7 @@ TEST(GpuPlannerIser, MatchesCpuOnRandomSkewedTokens) {
 }
 
 TEST(GpuPlanner, MatchesCpuOnRealHistograms) {
-  SKIP_WITHOUT_GPU();
+  ISER_REQUIRE_GPUS(1);
   const std::string path = shared_data("dsv41-flash/coding.csv");
   if (!std::filesystem::exists(path)) GTEST_SKIP() << "no " << path;
   const int checked = check_real_histograms(gpu_test::read_histogram_csv(path), variant);
@@ -157,7 +157,7 @@ TEST(GpuPlanner, MatchesCpuOnRealHistograms) {
 }
 
 TEST(GpuPlannerIser, MatchesCpuOnRealHistograms) {
-  SKIP_WITHOUT_GPU();
+  ISER_REQUIRE_GPUS(1);
   const std::string path = shared_data("dsv41-flash/coding.csv");
   if (!std::filesystem::exists(path)) GTEST_SKIP() << "no " << path;
   const int checked = check_real_histograms(gpu_test::read_histogram_csv(path), iser_variant);
@@ -206,12 +206,12 @@ void check_power_law(const GpuPlannerOptions& options, int num_experts, int slot
 }
 
 TEST(GpuPlanner, MatchesCpuOnPowerLawCounts) {
-  SKIP_WITHOUT_GPU();
+  ISER_REQUIRE_GPUS(1);
   check_power_law({}, 384, 4, 0.05);
 }
 
 TEST(GpuPlannerIser, MatchesCpuOnPowerLawCounts) {
-  SKIP_WITHOUT_GPU();
+  ISER_REQUIRE_GPUS(1);
   g_iser_repeats = 0;
   // S = 2 with E = 256 is the EP64 heavy-skew setting of docs/evaluation.md; S = 4, E = 384 the
   // default topology.
@@ -236,7 +236,7 @@ TEST(GpuPlannerIser, HostSideLimits) {
 // Heavy power-law routes (the first of a fixed list of draws where plan_iser exports an expert
 // again, to a disjoint group): both rewrite forms give every route the CPU's slot.
 TEST(GpuPlannerIser, RewritesAnExpertBroadcastTwice) {
-  SKIP_WITHOUT_GPU();
+  ISER_REQUIRE_GPUS(1);
   constexpr int P = 16;
   constexpr int E = 128;
   constexpr int k = 8;
@@ -289,7 +289,7 @@ TEST(GpuPlannerIser, RewritesAnExpertBroadcastTwice) {
 }
 
 TEST(GpuPlanner, ReportsBadInputsInStatusWords) {
-  SKIP_WITHOUT_GPU();
+  ISER_REQUIRE_GPUS(1);
   const Topology topo = Topology::make(4, 16, 2);
   GpuPlanner planner(topo, 64);
   // Rank tokens with an out-of-range id (16) and a -5: both ignored, error bit set.
@@ -333,7 +333,7 @@ TEST(GpuPlanner, ReportsBadInputsInStatusWords) {
 }
 
 TEST(GpuPlanner, DetectsStaleTileCounts) {
-  SKIP_WITHOUT_GPU();
+  ISER_REQUIRE_GPUS(1);
   const Topology topo = Topology::make(4, 16, 4);
   const int n = 2 * cuda::kRouteTile;  // two tiles per rank
   GpuPlanner planner(topo, n, {}, 4);
@@ -364,7 +364,7 @@ TEST(GpuPlanner, DetectsStaleTileCounts) {
 }
 
 TEST(GpuPlanner, RunsInsideACudaGraph) {
-  SKIP_WITHOUT_GPU();
+  ISER_REQUIRE_GPUS(1);
   const Topology topo = Topology::make(8, 384, 4);
   const int tokens = 1024;
   const int k = 6;

@@ -16,14 +16,17 @@
 #include <gtest/gtest.h>
 #include <nccl.h>
 
+#include "cuda/device_buffer.h"
 #include "cuda/moe_kernels.h"
 #include "iser/moe_ep_graph.h"
 #include "iser/moe_ep_layer.h"
-#include "moe/device_buffer.h"
+#include "iser/testing/hooks.h"
 #include "moe_test_util.h"
 #include "multiprocess_util.h"
 
 namespace iser::moe {
+
+using cuda::DeviceBuffer;
 namespace {
 
 using ::iser::testing::child_env;
@@ -216,12 +219,12 @@ TEST(MoeEpGraph, StalledCopyFallsBackToHomeBundles) {
   ISER_CUDA_CHECK(cudaMemcpy(flag.get(), &released, sizeof(int), cudaMemcpyHostToDevice));
   ISER_CUDA_CHECK(cudaStreamSynchronize(nullptr));  // landed before the layer's streams read it
   if (env->rank == 0) {
-    graph.set_copy_hook([&](Stream stream) {
+    ::iser::testing::set_copy_hook(graph, [&](Stream stream) {
       ISER_CUDA_CHECK(::iser::testing::launch_stall(flag.get<int>(), 1'500'000'000ull, stream));
     });
   }
   graph.capture();
-  graph.set_copy_hook({});
+  ::iser::testing::set_copy_hook(graph, {});
 
   DeviceBuffer input(elems * 2), eager_out(elems * 2);
   // Invocation 1's routing is skewed towards rank 0's home experts (e = 5 + 16 u^2): rank 0
@@ -251,8 +254,9 @@ TEST(MoeEpGraph, StalledCopyFallsBackToHomeBundles) {
     bool rank0_writes = false;
     for (const CopyOp& op : make_copy_list(on.plan)) {
       const bool member = env->rank >= op.group_begin && env->rank < op.group_begin + op.group_size;
-      const bool rank0_writer =
-          op.mode == kCopyModeSami ? op.group_begin == 0 && op.group_size > 0 : op.owner == 0;
+      const bool rank0_writer = op.mode == TransportMode::kSami
+                                    ? op.group_begin == 0 && op.group_size > 0
+                                    : op.owner == 0;
       rank0_writes = rank0_writes || rank0_writer;
       if (stall && env->rank != 0 && member && rank0_writer) ++expect_refilled;
     }

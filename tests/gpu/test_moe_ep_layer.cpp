@@ -10,14 +10,17 @@
 #include <gtest/gtest.h>
 #include <nccl.h>
 
+#include "cuda/device_buffer.h"
 #include "cuda/moe_kernels.h"
 #include "iser/gpu_planner.h"
 #include "iser/moe_ep_layer.h"
-#include "moe/device_buffer.h"
+#include "iser/testing/hooks.h"
 #include "moe_test_util.h"
 #include "multiprocess_util.h"
 
 namespace iser::moe {
+
+using cuda::DeviceBuffer;
 namespace {
 
 using ::iser::testing::child_env;
@@ -181,13 +184,13 @@ void stalled_copy_falls_back(const RankEnv& rank_env, PlannerKind planner) {
   // exchange, whose wait has the same short timeout.
   rank_barrier(comm.get(), barrier);
   if (env->rank == 0) {
-    layer.set_copy_hook([&](Stream stream) {
+    ::iser::testing::set_copy_hook(layer, [&](Stream stream) {
       ISER_CUDA_CHECK(::iser::testing::launch_stall(flag.get<int>(), 1'500'000'000ull, stream));
     });
   }
   const LayerInvocationStats on = layer.forward(input.get(), ids, weights, true, out_on.get());
   const EpLayerTimings stalled = layer.finish();
-  layer.set_copy_hook({});
+  ::iser::testing::set_copy_hook(layer, {});
   rank_barrier(comm.get(), barrier);
   layer.forward(input.get(), ids, weights, true, out_again.get());
   const EpLayerTimings again = layer.finish();
@@ -240,14 +243,14 @@ TEST(MoeEpLayer, RejectedGpuPlanRunsUnbalanced) {
 
   layer.forward(input.get(), ids, weights, false, out_off.get());
   layer.finish();
-  layer.set_plan_hook([&](Stream stream, int32_t* plan_words) {
+  ::iser::testing::set_plan_hook(layer, [&](Stream stream, int32_t* plan_words) {
     ISER_CUDA_CHECK(cudaMemcpyAsync(plan_words + GpuPlanLayout::kStatus, bad_status.get(),
                                     sizeof(int32_t), cudaMemcpyDeviceToDevice, stream));
   });
   const LayerInvocationStats rejected =
       layer.forward(input.get(), ids, weights, true, out_rejected.get());
   const EpLayerTimings rejected_times = layer.finish();
-  layer.set_plan_hook({});
+  ::iser::testing::set_plan_hook(layer, {});
   const LayerInvocationStats on = layer.forward(input.get(), ids, weights, true, out_on.get());
   const EpLayerTimings on_times = layer.finish();
 
@@ -284,11 +287,12 @@ void throwing_forward_leaves_the_layer_usable(const RankEnv& rank_env, PlannerKi
 
   layer.forward(setup.input.get(), setup.ids, setup.weights, false, out_off.get());
   layer.finish();
-  layer.set_copy_hook([](Stream) { throw Error("injected failure before the replication"); });
+  ::iser::testing::set_copy_hook(
+      layer, [](Stream) { throw Error("injected failure before the replication"); });
   EXPECT_THROW(layer.forward(setup.input.get(), setup.ids, setup.weights, true, out_on.get()),
                Error);
   EXPECT_THROW(layer.finish(), Error);
-  layer.set_copy_hook({});
+  ::iser::testing::set_copy_hook(layer, {});
   rank_barrier(comm.get(), barrier);
   const LayerInvocationStats on =
       layer.forward(setup.input.get(), setup.ids, setup.weights, true, out_on.get());

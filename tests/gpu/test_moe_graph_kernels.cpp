@@ -12,11 +12,13 @@
 #include <random>
 #include <vector>
 
+#include "cuda/device_buffer.h"
 #include "cuda/moe_graph_kernels.h"
-#include "moe/device_buffer.h"
 #include "runtime_test_util.h"
 
 namespace iser::moe {
+
+using cuda::DeviceBuffer;
 namespace {
 
 enum class SlotSource { kRewrite, kHome, kRefusedList };

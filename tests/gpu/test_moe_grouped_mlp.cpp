@@ -8,21 +8,19 @@
 #include <cuda_runtime.h>
 #include <gtest/gtest.h>
 
+#include "cuda/device_buffer.h"
 #include "cuda/moe_kernels.h"
 #include "iser/error.h"
 #include "iser/moe.h"
-#include "moe/device_buffer.h"
 #include "moe_test_util.h"
 
 namespace iser::moe {
+
+using cuda::DeviceBuffer;
 namespace {
 
 using testing::bf16_to_float;
 using testing::download;
-using testing::has_gpu;
-
-#define SKIP_WITHOUT_GPU() \
-  if (!has_gpu()) GTEST_SKIP() << "no CUDA device"
 
 // Runs the MLP over `rows_per_slot` with x given row by row (as indices into `source` rows).
 std::vector<uint16_t> run_layout(GroupedMlp& mlp, const DeviceBuffer& source,
@@ -44,7 +42,7 @@ std::vector<uint16_t> run_layout(GroupedMlp& mlp, const DeviceBuffer& source,
 class GroupedMlpBackends : public ::testing::TestWithParam<GemmBackend> {};
 
 TEST_P(GroupedMlpBackends, MatchesHostReference) {
-  SKIP_WITHOUT_GPU();
+  ISER_REQUIRE_GPUS(1);
   const ExpertShape shape{256, 128};
   const int num_slots = 3;
   const std::vector<int32_t> rows = {5, 0, 37};
@@ -92,7 +90,7 @@ INSTANTIATE_TEST_SUITE_P(Gemm, GroupedMlpBackends,
 
 // The default backend only: cublasGemmGroupedBatchedEx failed this on H200 (token 0 differed).
 TEST(GroupedMlp, TokenOutputIndependentOfSlotCountAndPosition) {
-  SKIP_WITHOUT_GPU();
+  ISER_REQUIRE_GPUS(1);
   const ExpertShape shape;  // DeepSeek-V4-Pro: the shape the benchmarks run
   const int home_rows = 1024;
   ExpertBank bank(shape, 3);  // slot 0: expert A; slot 1: expert B; slot 2: replica of A
@@ -135,7 +133,7 @@ TEST(GroupedMlp, TokenOutputIndependentOfSlotCountAndPosition) {
 // pinned-only two-pass schedule gives it among whole granules; also with the small slots on
 // high-priority lanes (priority_below_rows = 200 puts one or both slots there, by n).
 TEST(GroupedMlp, TailAlgorithmsAndChainedLanesKeepTokenBytes) {
-  SKIP_WITHOUT_GPU();
+  ISER_REQUIRE_GPUS(1);
   const ExpertShape shape;     // DeepSeek-V4-Pro
   const int full_rows = 1024;  // whole granules of the pinned kernels (256 on H200)
   ExpertBank bank(shape, 2);   // bank slot 0: expert A; bank slot 1: expert B
@@ -188,7 +186,7 @@ TEST(GroupedMlp, TailAlgorithmsAndChainedLanesKeepTokenBytes) {
 // skewed rank (empty, tiny, tail-only and multi-granule slots, as on E3's slowest ON rank) every
 // token gets the bytes of the pinned-only two-pass schedule, eager and captured in a CUDA graph.
 TEST(GroupedMlp, SchedulesKeepTokenBytesEagerAndCaptured) {
-  SKIP_WITHOUT_GPU();
+  ISER_REQUIRE_GPUS(1);
   const ExpertShape shape;  // DeepSeek-V4-Pro: 256-row pinned granules, tails down to 8 rows
   const std::vector<int32_t> rows = {0, 3, 700, 45, 1300, 0, 129, 256, 2100, 17, 513, 90};
   const int num_slots = static_cast<int>(rows.size());
@@ -248,7 +246,7 @@ TEST(GroupedMlp, SchedulesKeepTokenBytesEagerAndCaptured) {
 }
 
 TEST(GroupedMlp, RejectsBadInput) {
-  SKIP_WITHOUT_GPU();
+  ISER_REQUIRE_GPUS(1);
   const ExpertShape shape{64, 32};
   GroupedMlp mlp(shape, 2, 8);
   EXPECT_THROW(mlp.run(nullptr, std::vector<int32_t>{1, 1}, nullptr, nullptr),
@@ -273,7 +271,7 @@ namespace {
 // run() records no host state per call beyond its launch parameters: a captured CUDA graph
 // replays it with the same result as the eager call.
 TEST(GroupedMlp, CapturesInCudaGraph) {
-  SKIP_WITHOUT_GPU();
+  ISER_REQUIRE_GPUS(1);
   const ExpertShape shape{1024, 512};
   const std::vector<int32_t> rows = {100, 0, 7, 300};
   const int total = 407;

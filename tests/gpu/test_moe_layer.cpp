@@ -6,20 +6,21 @@
 #include <cuda_runtime.h>
 #include <gtest/gtest.h>
 
+#include "cuda/device_buffer.h"
 #include "cuda/moe_kernels.h"
 #include "iser/error.h"
 #include "iser/metrics.h"
 #include "iser/moe_layer.h"
-#include "moe/device_buffer.h"
 #include "moe_test_util.h"
 
 namespace iser::moe {
+
+using cuda::DeviceBuffer;
 namespace {
 
 using testing::bf16_to_float;
 using testing::download;
 using testing::first_differing_token;
-using testing::has_gpu;
 using testing::make_routes;
 
 // Runs `config` OFF then ON on the same input (weights seeded `weight_seed`, scaled `scale`;
@@ -58,7 +59,7 @@ void expect_on_matches_off_bitwise(const LayerConfig& config, uint64_t weight_se
 }
 
 TEST(LogicalEpLayer, OnAndOffOutputsBitwiseIdentical) {
-  if (!has_gpu()) GTEST_SKIP() << "no CUDA device";
+  ISER_REQUIRE_GPUS(1);
   LayerConfig config;
   config.topo = Topology::make(4, 32, 2);
   config.shape = {2048, 1024};
@@ -71,7 +72,7 @@ TEST(LogicalEpLayer, OnAndOffOutputsBitwiseIdentical) {
 // GroupedMlp schedule: ~128 rows per slot, so nearly every slot ends in a tail algorithm, in
 // OFF and in ON, at different rows. Needs ~60 GB of device memory (skipped below that).
 TEST(LogicalEpLayer, OnAndOffBitwiseIdenticalAtTheBenchmarkShape) {
-  if (!has_gpu()) GTEST_SKIP() << "no CUDA device";
+  ISER_REQUIRE_GPUS(1);
   LayerConfig config;
   config.topo = Topology::make(8, 384, 4);
   config.top_k = 6;
@@ -86,7 +87,7 @@ TEST(LogicalEpLayer, OnAndOffBitwiseIdenticalAtTheBenchmarkShape) {
 }
 
 TEST(LogicalEpLayer, MatchesHostReference) {
-  if (!has_gpu()) GTEST_SKIP() << "no CUDA device";
+  ISER_REQUIRE_GPUS(1);
   LayerConfig config;
   config.topo = Topology::make(2, 8, 1);
   config.shape = {64, 32};
@@ -131,7 +132,7 @@ TEST(LogicalEpLayer, MatchesHostReference) {
 }
 
 TEST(LogicalEpLayer, RejectsBadInput) {
-  if (!has_gpu()) GTEST_SKIP() << "no CUDA device";
+  ISER_REQUIRE_GPUS(1);
   LayerConfig config;
   config.topo = Topology::make(2, 8, 1);
   config.shape = {64, 32};

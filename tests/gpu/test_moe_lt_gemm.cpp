@@ -40,7 +40,7 @@ class LtHandle {
 };
 
 TEST(LtGemm, PinnedAlgorithmMatchesItselfAtEveryRowCount) {
-  if (!testing::has_gpu()) GTEST_SKIP() << "no CUDA device";
+  ISER_REQUIRE_GPUS(1);
   LtHandle lt;
   // GEMM 1 of the default expert shape: M = 2I = 6144, K = He = 7168.
   PinnedLtGemm gemm(lt.get(), 6144, 7168, 1024, 8192, kWorkspace);
@@ -49,7 +49,7 @@ TEST(LtGemm, PinnedAlgorithmMatchesItselfAtEveryRowCount) {
 }
 
 TEST(LtGemm, CheckRejectsASplitKAlgorithm) {
-  if (!testing::has_gpu()) GTEST_SKIP() << "no CUDA device";
+  ISER_REQUIRE_GPUS(1);
   LtHandle lt;
   PinnedLtGemm gemm(lt.get(), 6144, 7168, 1024, 8192, kWorkspace);
   // The heuristic proposes split-K for few rows and a long K; any such proposal adds partial

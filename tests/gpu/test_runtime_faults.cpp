@@ -6,6 +6,7 @@
 
 #include <random>
 
+#include "iser/testing/hooks.h"
 #include "runtime_test_util.h"
 
 namespace iser::testing {
@@ -121,8 +122,9 @@ void expect_stalled_rank3_falls_back(const std::vector<CopyOp>& ops, Transport t
   DeviceVector<int32_t> slots(routes.slots);
   ISER_EXPECT_CUDA(cudaDeviceSynchronize());
   ISER_EXPECT_CUDA(launch_stall(device_flag, 5'000'000'000ull, stalled));
-  rt->replicate_ranks(3, 4, device_ops.get(), num_ops, 0, 1, transport, stalled);
-  rt->replicate_ranks(0, 3, device_ops.get(), num_ops, 0, 1, transport, main_stream);
+  ::iser::testing::replicate_ranks(*rt, 3, 4, device_ops.get(), num_ops, 0, 1, transport, stalled);
+  ::iser::testing::replicate_ranks(*rt, 0, 3, device_ops.get(), num_ops, 0, 1, transport,
+                                   main_stream);
   rt->ready_gate(device_ops.get(), num_ops, 1, slot_expert.get(), main_stream, transport);
   rt->fallback_rewrite(slot_expert.get(), experts.get(), slots.get(), 500, main_stream);
   ISER_EXPECT_CUDA(cudaStreamSynchronize(main_stream));  // the gate returned: no hang
@@ -205,9 +207,9 @@ TEST(RuntimeFaults, StalledCopyFallsBackToHomeSlots) {
   // op 0: owner 0 direct to all; op 1: SAMI over {2, 3} (rank 3 writes half of it); op 2: owner
   // 1 direct to {0, 1}. Rank 3 stalls: only op 1 loses its replica. Gate, rank d helper h ->
   // expert: op 0 everywhere in helper 0; op 2 on {0, 1} helper 1; op 1 ({2, 3} helper 1) invalid.
-  expect_stalled_rank3_falls_back({{1, 0, 0, 4, 0, kCopyModeDirect},
-                                   {13, 3, 2, 2, 1, kCopyModeSami},
-                                   {6, 1, 0, 2, 1, kCopyModeDirect}},
+  expect_stalled_rank3_falls_back({{1, 0, 0, 4, 0, TransportMode::kOwnerDirect},
+                                   {13, 3, 2, 2, 1, TransportMode::kSami},
+                                   {6, 1, 0, 2, 1, TransportMode::kOwnerDirect}},
                                   Transport::kPlan, {true, false, true},
                                   {1, 6, 1, 6, 1, -1, 1, -1});
 }
@@ -217,9 +219,9 @@ TEST(RuntimeFaults, StalledCopyFallsBackToHomeSlots) {
 // inside {0, 1} (plain SAMI, writers 0 and 1). The owner of op 0 stalls: only op 0 loses its
 // replica (under p2p-sami its members alone would have written it all). Gate: helper 0 of {0, 1}
 // invalid, expert 6 in helper 1 of {0, 1}, expert 1 in helper 0 of 2.
-const std::vector<CopyOp> kOwnerAssistedOps = {{13, 3, 0, 2, 0, kCopyModeSamiOwner},
-                                               {1, 0, 2, 1, 0, kCopyModeSamiOwner},
-                                               {6, 1, 0, 2, 1, kCopyModeSamiOwner}};
+const std::vector<CopyOp> kOwnerAssistedOps = {{13, 3, 0, 2, 0, TransportMode::kSamiOwner},
+                                               {1, 0, 2, 1, 0, TransportMode::kSamiOwner},
+                                               {6, 1, 0, 2, 1, TransportMode::kSamiOwner}};
 
 TEST(RuntimeFaults, StalledOwnerOfOwnerAssistedOpFallsBack) {
   ISER_REQUIRE_GPUS(1);
@@ -260,8 +262,8 @@ TEST(RuntimeFaults, StalledConsumerBlocksReuseAndFallsBack) {
   }
   // Generation 2 (same bank): op 0 (owner 1 to all) must not touch rank 2; op 1 (owner 0 to
   // {0, 1}) is unaffected.
-  const std::vector<CopyOp> ops = {{5, 1, 0, 4, 0, kCopyModeDirect},
-                                   {0, 0, 0, 2, 1, kCopyModeDirect}};
+  const std::vector<CopyOp> ops = {{5, 1, 0, 4, 0, TransportMode::kOwnerDirect},
+                                   {0, 0, 0, 2, 1, TransportMode::kOwnerDirect}};
   DeviceVector<CopyOp> device_ops(ops);
   DeviceVector<int32_t> slot_expert(kRanks * kRanks * kSlots);
   rt->replicate(device_ops.get(), 2, 0, 2, Transport::kPlan, stream);

@@ -42,7 +42,7 @@ void reshuffle(const RuntimeConfig& c, std::vector<CopyOp>& ops, std::mt19937& r
   for (CopyOp& op : ops) {
     op.expert = static_cast<int>(rng() % c.num_experts);
     op.owner = op.expert / c.experts_per_rank();
-    op.mode = static_cast<int>(rng() % 2);
+    op.mode = rng() % 2 == 1 ? TransportMode::kSami : TransportMode::kOwnerDirect;
   }
 }
 

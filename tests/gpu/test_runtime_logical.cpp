@@ -6,6 +6,7 @@
 
 #include <random>
 
+#include "iser/testing/hooks.h"
 #include "runtime_test_util.h"
 
 namespace iser::testing {
@@ -28,10 +29,11 @@ RuntimeConfig logical_config(int num_ranks, int num_banks = 1) {
 // waits until every writer of this one finished).
 void publish_others(Runtime& rt, int writer, uint64_t generation) {
   if (writer > 0)
-    rt.replicate_ranks(0, writer, nullptr, 0, 0, generation, Transport::kPlan, nullptr);
+    ::iser::testing::replicate_ranks(rt, 0, writer, nullptr, 0, 0, generation, Transport::kPlan,
+                                     nullptr);
   if (writer + 1 < rt.num_local_ranks()) {
-    rt.replicate_ranks(writer + 1, rt.num_local_ranks(), nullptr, 0, 0, generation,
-                       Transport::kPlan, nullptr);
+    ::iser::testing::replicate_ranks(rt, writer + 1, rt.num_local_ranks(), nullptr, 0, 0,
+                                     generation, Transport::kPlan, nullptr);
   }
   ASSERT_EQ(cudaDeviceSynchronize(), cudaSuccess);
 }
@@ -132,15 +134,15 @@ TEST_P(LogicalRanks, SamiSliceOwnershipAndOwnerOutsideGroup) {
   fill_homes(*rt);
   // op 0: expert of rank 1 over all ranks (owner inside); op 1: expert of rank 0 over the upper
   // half (owner outside).
-  const std::vector<CopyOp> ops = {{4 * 1 + 2, 1, 0, p, 0, kCopyModeSami},
-                                   {3, 0, p / 2, p / 2, 1, kCopyModeSami}};
+  const std::vector<CopyOp> ops = {{4 * 1 + 2, 1, 0, p, 0, TransportMode::kSami},
+                                   {3, 0, p / 2, p / 2, 1, TransportMode::kSami}};
   DeviceVector<CopyOp> device_ops(ops);
   uint64_t generation = 0;
   for (int writer = 0; writer < p; ++writer) {
     poison_helpers(*rt);
     ++generation;
-    rt->replicate_ranks(writer, writer + 1, device_ops.get(), 2, 0, generation, Transport::kPlan,
-                        stream_);
+    ::iser::testing::replicate_ranks(*rt, writer, writer + 1, device_ops.get(), 2, 0, generation,
+                                     Transport::kPlan, stream_);
     ISER_EXPECT_CUDA(cudaStreamSynchronize(stream_));
     publish_others(*rt, writer, generation);
     for (int k = 0; k < 2; ++k) {
@@ -156,13 +158,13 @@ TEST_P(LogicalRanks, SamiSliceOwnershipAndOwnerOutsideGroup) {
     rt->release_bank(generation, stream_);
   }
   // Owner-direct: a non-owner writes nothing, the owner (outside the group too) writes all.
-  const std::vector<CopyOp> direct = {{3, 0, p / 2, p / 2, 1, kCopyModeDirect}};
+  const std::vector<CopyOp> direct = {{3, 0, p / 2, p / 2, 1, TransportMode::kOwnerDirect}};
   DeviceVector<CopyOp> device_direct(direct);
   for (int writer : {p / 2, 0}) {
     poison_helpers(*rt);
     ++generation;
-    rt->replicate_ranks(writer, writer + 1, device_direct.get(), 1, 0, generation, Transport::kPlan,
-                        stream_);
+    ::iser::testing::replicate_ranks(*rt, writer, writer + 1, device_direct.get(), 1, 0, generation,
+                                     Transport::kPlan, stream_);
     ISER_EXPECT_CUDA(cudaStreamSynchronize(stream_));
     publish_others(*rt, writer, generation);
     if (writer == 0) {
@@ -355,10 +357,10 @@ TEST(LogicalRuntime, SamiOwnerInsideGroupFillsEveryMember) {
   auto rt = Runtime::logical(c);
   ASSERT_EQ(c.bundle.num_slices(), 129);
   fill_homes(*rt);
-  const std::vector<CopyOp> ops = {{4 * 2 + 1, 2, 0, 4, 0, kCopyModeSami},
-                                   {3, 0, 0, 4, 1, kCopyModeSami},
-                                   {4 * 3 + 2, 3, 2, 2, 2, kCopyModeSami},
-                                   {0, 0, 0, 2, 2, kCopyModeSami}};
+  const std::vector<CopyOp> ops = {{4 * 2 + 1, 2, 0, 4, 0, TransportMode::kSami},
+                                   {3, 0, 0, 4, 1, TransportMode::kSami},
+                                   {4 * 3 + 2, 3, 2, 2, 2, TransportMode::kSami},
+                                   {0, 0, 0, 2, 2, TransportMode::kSami}};
   validate_copy_list(c, ops);
   DeviceVector<CopyOp> device_ops(ops);
   DeviceVector<int32_t> slot_expert(static_cast<size_t>(c.num_ranks) * c.num_ranks * c.num_slots);
@@ -372,10 +374,10 @@ TEST(LogicalRuntime, SamiOwnerInsideGroupFillsEveryMember) {
 // inside a group of 4 (plain SAMI). A bundle of 129 slices, the last one partial (the owner of
 // the op over {2, 3} moves it: slice 128 = 2 (mod 3)).
 const std::vector<CopyOp>& owner_assisted_ops() {
-  static const std::vector<CopyOp> ops = {{3, 0, 2, 2, 0, kCopyModeSamiOwner},
-                                          {4 * 2 + 1, 2, 1, 1, 0, kCopyModeSamiOwner},
-                                          {4 * 1 + 2, 1, 0, 4, 1, kCopyModeSamiOwner},
-                                          {4 * 3, 3, 0, 1, 2, kCopyModeSamiOwner}};
+  static const std::vector<CopyOp> ops = {{3, 0, 2, 2, 0, TransportMode::kSamiOwner},
+                                          {4 * 2 + 1, 2, 1, 1, 0, TransportMode::kSamiOwner},
+                                          {4 * 1 + 2, 1, 0, 4, 1, TransportMode::kSamiOwner},
+                                          {4 * 3, 3, 0, 1, 2, TransportMode::kSamiOwner}};
   return ops;
 }
 
@@ -404,8 +406,8 @@ TEST(LogicalRuntime, SamiOwnerAssistedSliceOwnership) {
       poison_helpers(*rt);
       ++generation;
       const int bank = rt->bank_of(generation);
-      rt->replicate_ranks(writer, writer + 1, device_ops.get(), num_ops, 0, generation, t, nullptr,
-                          3);
+      ::iser::testing::replicate_ranks(*rt, writer, writer + 1, device_ops.get(), num_ops, 0,
+                                       generation, t, nullptr, 3);
       ISER_EXPECT_CUDA(cudaDeviceSynchronize());
       publish_others(*rt, writer, generation);
       for (int k = 0; k < num_ops; ++k) {
@@ -532,16 +534,9 @@ TEST_P(HostLaneRanks, ReplicasMatchOwners) {
 
 INSTANTIATE_TEST_SUITE_P(P, HostLaneRanks, ::testing::Values(2, 4, 8));
 
-TEST(LogicalRuntime, MulticastIsRefusedWhereNvlsIsDisabled) {
+TEST(LogicalRuntime, CopyEngineThroughReplicateIsRefused) {
   ISER_REQUIRE_GPUS(1);
-  ::setenv("NCCL_NVLS_ENABLE", "0", 1);  // the lent machines' setting; never created here
   auto rt = Runtime::logical(logical_config(4));
-  try {
-    rt->replicate(nullptr, 0, 0, 1, Transport::kMulticast, nullptr);
-    FAIL() << "multicast was not refused";
-  } catch (const Error& e) {
-    EXPECT_NE(std::string(e.what()).find("NCCL_NVLS_ENABLE=0"), std::string::npos) << e.what();
-  }
   try {
     rt->replicate(nullptr, 0, 0, 1, Transport::kCopyEngine, nullptr);
     FAIL() << "copy-engine through replicate() was not refused";

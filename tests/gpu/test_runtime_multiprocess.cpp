@@ -54,9 +54,9 @@ TEST(MultiProcess, ReplicasCountsAndReadyOverThousandGenerations) {
   EXPECT_FALSE(std::filesystem::exists(env->id_file)) << "unique id file left behind";
   fill_homes(rt);
   poison_helpers(rt);
-  const std::vector<CopyOp> ops = {{1, 0, 0, 2, 0, kCopyModeDirect},
-                                   {6, 1, 0, 2, 1, kCopyModeSami},
-                                   {2, 0, 1, 1, 2, kCopyModeSami}};  // owner 0 outside {1}
+  const std::vector<CopyOp> ops = {{1, 0, 0, 2, 0, TransportMode::kOwnerDirect},
+                                   {6, 1, 0, 2, 1, TransportMode::kSami},
+                                   {2, 0, 1, 1, 2, TransportMode::kSami}};  // owner 0 outside {1}
   DeviceVector<CopyOp> device_ops(ops);
   DeviceVector<int32_t> slot_expert(static_cast<size_t>(c.num_ranks) * c.num_slots);
   DeviceVector<int32_t> row(c.num_experts);
@@ -199,9 +199,9 @@ void expect_replicas_every_shape_then_graph(const RankEnv& env, const std::vecto
 TEST(MultiProcess, SamiOwnerInsideGroupFillsBothHelperSlots) {
   ISER_AS_RANKS(2, 120);
   // Owner 0 (experts 0, 3) and owner 1 (expert 6), all over {0, 1}; helper 3 stays untargeted.
-  const std::vector<CopyOp> ops = {{0, 0, 0, 2, 0, kCopyModeSami},
-                                   {6, 1, 0, 2, 1, kCopyModeSami},
-                                   {3, 0, 0, 2, 2, kCopyModeSami}};
+  const std::vector<CopyOp> ops = {{0, 0, 0, 2, 0, TransportMode::kSami},
+                                   {6, 1, 0, 2, 1, TransportMode::kSami},
+                                   {3, 0, 0, 2, 2, TransportMode::kSami}};
   expect_replicas_every_shape_then_graph(*env, ops, Transport::kP2PSami);
 }
 
@@ -213,9 +213,9 @@ TEST(MultiProcess, SamiOwnerInsideGroupFillsBothHelperSlots) {
 // Helper 0: expert 0 (owner 0) on {1} and expert 5 (owner 1) on {0}; helper 1: expert 3 (owner
 // 0) on {1}; helper 2 on {1} and helper 3 everywhere stay untargeted (rank 0's helper 1 too).
 std::vector<CopyOp> owner_assisted_ops() {
-  return {{0, 0, 1, 1, 0, kCopyModeSamiOwner},
-          {5, 1, 0, 1, 0, kCopyModeSamiOwner},
-          {3, 0, 1, 1, 1, kCopyModeSamiOwner}};
+  return {{0, 0, 1, 1, 0, TransportMode::kSamiOwner},
+          {5, 1, 0, 1, 0, TransportMode::kSamiOwner},
+          {3, 0, 1, 1, 1, TransportMode::kSamiOwner}};
 }
 
 TEST(MultiProcess, SamiOwnerAssistedFillsMembersFromBothGpus) {
@@ -244,7 +244,7 @@ TEST(MultiProcess, StalledHostLaneFallsBackWithoutHang) {
   Runtime rt(c, comm);
   fill_homes(rt);
   poison_helpers(rt);
-  const std::vector<CopyOp> ops = {{0, 0, 1, 1, 0, kCopyModeSamiOwner}};
+  const std::vector<CopyOp> ops = {{0, 0, 1, 1, 0, TransportMode::kSamiOwner}};
   DeviceVector<CopyOp> device_ops(ops);
   DeviceVector<int32_t> slot_expert(static_cast<size_t>(c.num_ranks) * c.num_slots);
   int* host_flag = nullptr;

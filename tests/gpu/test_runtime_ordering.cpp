@@ -10,6 +10,7 @@
 #include <vector>
 
 #include "iser/moe_ep_layer.h"
+#include "iser/testing/hooks.h"
 #include "protocol_stress.h"
 #include "runtime_test_util.h"
 
@@ -76,11 +77,12 @@ TEST(RuntimeOrdering, LateCountExchangeReadsItsEpochOrReportsOvertaken) {
 
   stall.hold(late);
   for (int epoch = 1; epoch <= 3; ++epoch) {
-    rt->exchange_counts_ranks(0, 1, device_rows[epoch]->get(), matrices[epoch]->get(), epoch, late);
+    ::iser::testing::exchange_counts_ranks(*rt, 0, 1, device_rows[epoch]->get(),
+                                           matrices[epoch]->get(), epoch, late);
   }
   for (int epoch = 1; epoch <= kEpochs; ++epoch) {
-    rt->exchange_counts_ranks(1, kRanks, device_rows[epoch]->get(), matrices[epoch]->get(), epoch,
-                              rest);
+    ::iser::testing::exchange_counts_ranks(*rt, 1, kRanks, device_rows[epoch]->get(),
+                                           matrices[epoch]->get(), epoch, rest);
   }
   ISER_EXPECT_CUDA(cudaStreamSynchronize(rest));
   stall.release();
@@ -105,10 +107,10 @@ TEST(RuntimeOrdering, LateCountExchangeReadsItsEpochOrReportsOvertaken) {
 
 // Two copy lists with different replicas in the same slots.
 std::vector<CopyOp> ops_a() {
-  return {{5, 1, 0, 4, 0, kCopyModeDirect}, {9, 2, 0, 2, 1, 1}};
+  return {{5, 1, 0, 4, 0, TransportMode::kOwnerDirect}, {9, 2, 0, 2, 1, TransportMode::kSami}};
 }
 std::vector<CopyOp> ops_b() {
-  return {{14, 3, 0, 4, 1, kCopyModeSami}, {2, 0, 2, 2, 0, 0}};
+  return {{14, 3, 0, 4, 1, TransportMode::kSami}, {2, 0, 2, 2, 0, TransportMode::kOwnerDirect}};
 }
 
 // Generation 1 runs in order (replicate, then the gate and the release on another stream after

@@ -269,6 +269,11 @@ std::string overlap_svg(const m::OverlapConfig& base, const std::vector<m::Overl
 }
 
 void run_overlap(const OverlapArgs& a) {
+  // The flags' lower bounds (the model names its fields and checks the upper bounds).
+  ISER_CHECK(a.ep >= 2, "invalid --ep = {}: need a value >= 2", a.ep);
+  ISER_CHECK(a.tokens_per_rank >= 1, "invalid --tokens-per-rank = {}: need a value >= 1",
+             a.tokens_per_rank);
+  ISER_CHECK(a.copies >= 0, "invalid --copies = {}: need a value >= 0", a.copies);
   m::OverlapConfig config;
   config.hw = hardware_from(a.hw, a.fp4_tflops, a.fp8_tflops, a.bf16_tflops, a.link_gbps);
   config.ep = a.ep;
@@ -430,10 +435,13 @@ void run_broadcast(const BroadcastArgs& a) {
   const m::Hardware& hw = m::find_hardware(a.hw);
   m::BroadcastConfig config;
   config.bytes = parse_bytes(a.bytes, "--bytes");
+  check_flag_positive(config.bytes, "--bytes");
   config.link_bytes_per_s = flag_or(a.link_gbps, "--link-gbps", kGiga, hw.link_bytes_per_s);
   config.alpha_s = parse_seconds(a.alpha, "--alpha");
   config.ring_slice_bytes = parse_bytes(a.slice, "--slice");
+  check_flag_positive(config.ring_slice_bytes, "--slice");
   config.sami_slice_bytes = parse_bytes(a.sami_slice, "--sami-slice");
+  check_flag_positive(config.sami_slice_bytes, "--sami-slice");
   check_flag_positive(a.port_rate_gbps, "--port-rate");
   config.port_rate_bytes_per_s = a.port_rate_gbps * kGiga;
   const auto [g_min, g_max] = parse_group_range(a.group);

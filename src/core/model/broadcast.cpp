@@ -33,13 +33,14 @@ std::string_view broadcast_algo_name(BroadcastAlgo algo) {
 }
 
 void BroadcastConfig::validate() const {
-  check_positive(bytes, "--bytes");
-  check_positive(link_bytes_per_s, "link bandwidth");
+  // Messages name BroadcastConfig's fields; the CLI checks its flags before it calls here.
+  check_positive(bytes, "bytes");
+  check_positive(link_bytes_per_s, "link_bytes_per_s");
   ISER_CHECK(std::isfinite(alpha_s) && alpha_s >= 0,
-             "invalid broadcast --alpha = {} s: need a finite value >= 0", alpha_s);
-  check_positive(ring_slice_bytes, "--slice");
-  check_positive(port_rate_bytes_per_s, "--port-rate");
-  check_positive(sami_slice_bytes, "--sami-slice");
+             "invalid broadcast alpha_s = {} s: need a finite value >= 0", alpha_s);
+  check_positive(ring_slice_bytes, "ring_slice_bytes");
+  check_positive(port_rate_bytes_per_s, "port_rate_bytes_per_s");
+  check_positive(sami_slice_bytes, "sami_slice_bytes");
 }
 
 double broadcast_time_s(const BroadcastConfig& config, BroadcastAlgo algo, int group_size) {

@@ -19,12 +19,14 @@ constexpr int kMaxCopies = 1 << 16;
 void OverlapConfig::validate() const {
   hw.validate();
   moe.validate();
-  ISER_CHECK(ep >= 2 && ep <= kMaxEp, "invalid EP degree --ep = {}: need 2 <= P <= {}", ep, kMaxEp);
+  // Messages name OverlapConfig's fields; the CLI checks its flags before it calls here.
+  ISER_CHECK(ep >= 2 && ep <= kMaxEp, "overlap model: invalid ep = {}: need 2 <= P <= {}", ep,
+             kMaxEp);
   ISER_CHECK(tokens_per_rank >= 1 && tokens_per_rank <= kMaxTokensPerRank,
-             "invalid --tokens-per-rank = {}: need 1 <= tau <= {}", tokens_per_rank,
+             "overlap model: invalid tokens_per_rank = {}: need 1 <= tau <= {}", tokens_per_rank,
              kMaxTokensPerRank);
-  ISER_CHECK(copies >= 0 && copies <= kMaxCopies, "invalid --copies = {}: need 0 <= n <= {}",
-             copies, kMaxCopies);
+  ISER_CHECK(copies >= 0 && copies <= kMaxCopies,
+             "overlap model: invalid copies = {}: need 0 <= n <= {}", copies, kMaxCopies);
   hw.flops(routed);  // throws when the part lacks tensor cores for the routed precision
   if (moe.num_shared > 0) hw.flops(shared);
 }

@@ -1,8 +1,11 @@
 // The HALO-Q family of policies: the reference (`halo-q`) and its docs/design.md §5 variants
 // (`owner-home`, `absorb`, `resident`, `halo-q-owner-in`). They share one planner; a variant is a
 // set of HaloQOptions.
+#include <optional>
 #include <string>
+#include <string_view>
 
+#include "iser/error.h"
 #include "iser/planner.h"
 #include "iser/rewrite.h"
 #include "policies/factories.h"
@@ -63,42 +66,63 @@ class HaloQPolicy final : public Policy {
   bool has_previous_ = false;
 };
 
+// A family member by name (halo_q_variant); PolicyOptions::min_move applies to the resident ones.
+std::unique_ptr<Policy> make_variant(std::string_view name, const Topology& topo,
+                                     const PolicyOptions& policy) {
+  std::optional<HaloQVariant> variant = halo_q_variant(name);
+  ISER_CHECK(variant.has_value(), "policy '{}' is not of the HALO-Q family", name);
+  if (variant->resident) variant->options.min_move = policy.min_move;
+  return std::make_unique<HaloQPolicy>(std::string(name), topo, variant->options, variant->resident,
+                                       variant->iser);
+}
+
 }  // namespace
 
-// iser: the recommended default. Resident replicas are kept (no bytes moved when the
-// previous invocation left the expert in the same group and helper index); min_move applies.
+std::optional<HaloQVariant> halo_q_variant(std::string_view policy) {
+  HaloQVariant variant;
+  if (policy == "halo-q") return variant;
+  if (policy == "owner-home") {
+    variant.options.owner_home = true;
+  } else if (policy == "absorb") {
+    variant.options.absorb = true;
+  } else if (policy == "halo-q-owner-in") {
+    variant.options.owner_in_group = true;
+  } else if (policy == "resident") {
+    variant.resident = true;
+  } else if (policy == "iser") {
+    // The recommended default: resident replicas are kept (no bytes moved when the previous
+    // invocation left the expert in the same group and helper index); min_move applies.
+    variant.resident = true;
+    variant.iser = true;
+  } else {
+    return std::nullopt;
+  }
+  return variant;
+}
+
 std::unique_ptr<Policy> make_iser_policy(const Topology& topo, const PolicyOptions& policy) {
-  HaloQOptions options;
-  options.min_move = policy.min_move;
-  return std::make_unique<HaloQPolicy>("iser", topo, options, /*resident=*/true, /*iser=*/true);
+  return make_variant("iser", topo, policy);
 }
 
-std::unique_ptr<Policy> make_halo_q_policy(const Topology& topo, const PolicyOptions&) {
-  return std::make_unique<HaloQPolicy>("halo-q", topo, HaloQOptions{}, false);
+std::unique_ptr<Policy> make_halo_q_policy(const Topology& topo, const PolicyOptions& policy) {
+  return make_variant("halo-q", topo, policy);
 }
 
-std::unique_ptr<Policy> make_owner_home_policy(const Topology& topo, const PolicyOptions&) {
-  HaloQOptions options;
-  options.owner_home = true;
-  return std::make_unique<HaloQPolicy>("owner-home", topo, options, false);
+std::unique_ptr<Policy> make_owner_home_policy(const Topology& topo, const PolicyOptions& policy) {
+  return make_variant("owner-home", topo, policy);
 }
 
-std::unique_ptr<Policy> make_absorb_policy(const Topology& topo, const PolicyOptions&) {
-  HaloQOptions options;
-  options.absorb = true;
-  return std::make_unique<HaloQPolicy>("absorb", topo, options, false);
+std::unique_ptr<Policy> make_absorb_policy(const Topology& topo, const PolicyOptions& policy) {
+  return make_variant("absorb", topo, policy);
 }
 
 std::unique_ptr<Policy> make_resident_policy(const Topology& topo, const PolicyOptions& policy) {
-  HaloQOptions options;
-  options.min_move = policy.min_move;
-  return std::make_unique<HaloQPolicy>("resident", topo, options, true);
+  return make_variant("resident", topo, policy);
 }
 
-std::unique_ptr<Policy> make_halo_q_owner_in_policy(const Topology& topo, const PolicyOptions&) {
-  HaloQOptions options;
-  options.owner_in_group = true;
-  return std::make_unique<HaloQPolicy>("halo-q-owner-in", topo, options, false);
+std::unique_ptr<Policy> make_halo_q_owner_in_policy(const Topology& topo,
+                                                    const PolicyOptions& policy) {
+  return make_variant("halo-q-owner-in", topo, policy);
 }
 
 }  // namespace iser

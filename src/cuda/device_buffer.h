@@ -1,4 +1,7 @@
-// Owning device allocation (RAII) for the reference MoE layer.
+// The project's one owner of plain device memory (RAII, move-only): every layer from the kernels'
+// launch units up allocates its device buffers through it. The runtime's symmetric region is the
+// exception: it is exported to peers (IPC handles or NCCL windows), so the runtime owns it itself.
+// Usable from .cpp and .cu sources alike (errors through check_cuda, not iser/error.h).
 #pragma once
 
 #include <cstddef>
@@ -6,15 +9,15 @@
 
 #include <cuda_runtime.h>
 
-#include "iser/error.h"
+#include "cuda/launch_check.h"
 
-namespace iser::moe {
+namespace iser::cuda {
 
 class DeviceBuffer {
  public:
   DeviceBuffer() = default;
   explicit DeviceBuffer(size_t bytes) : bytes_(bytes) {
-    if (bytes_ > 0) ISER_CUDA_CHECK(cudaMalloc(&ptr_, bytes_));
+    if (bytes_ > 0) check_cuda(cudaMalloc(&ptr_, bytes_), "cudaMalloc of a device buffer");
   }
   ~DeviceBuffer() {
     if (ptr_ != nullptr) cudaFree(ptr_);
@@ -43,4 +46,4 @@ class DeviceBuffer {
   size_t bytes_ = 0;
 };
 
-}  // namespace iser::moe
+}  // namespace iser::cuda
