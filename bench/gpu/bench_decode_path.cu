@@ -31,6 +31,7 @@
 #include <vector>
 
 #include "../../tests/gpu/routing_samples.h"
+#include "bench_util.cuh"
 #include "cuda/planner_kernels.h"
 #include "iser/counts.h"
 #include "iser/gpu_planner.h"
@@ -40,16 +41,9 @@
 
 namespace {
 
-// NOTE: no ISER_CUDA_CHECK here: its fmt format strings do not build under nvcc.
-#define BENCH_CUDA(expr)                                                                  \
-  do {                                                                                    \
-    const cudaError_t e_ = (expr);                                                        \
-    if (e_ != cudaSuccess) {                                                              \
-      std::fprintf(stderr, "CUDA error %s in %s at %s:%d\n", cudaGetErrorName(e_), #expr, \
-                   __FILE__, __LINE__);                                                   \
-      std::exit(1);                                                                       \
-    }                                                                                     \
-  } while (0)
+using iser::bench::empty_kernel;
+using iser::bench::make_graph;
+using iser::bench::median;
 
 struct Args {
   std::vector<int> ranks = {8, 16, 32, 64};
@@ -77,10 +71,7 @@ std::vector<int> int_list(const char* v) {
 
 Args parse(int argc, char** argv) {
   Args a;
-  std::string here = __FILE__;  // <repo>/bench/gpu/bench_decode_path.cu
-  const size_t cut = here.rfind("/bench/gpu/");
-  a.data = (cut == std::string::npos ? std::string(".") : here.substr(0, cut)) +
-           "/../shared/data/dsv41-flash/coding.csv";
+  a.data = iser::bench::default_data_path();
   for (int i = 1; i + 1 < argc; i += 2) {
     const std::string flag = argv[i];
     const char* v = argv[i + 1];
@@ -116,11 +107,6 @@ Args parse(int argc, char** argv) {
     std::exit(2);
   }
   return a;
-}
-
-double median(std::vector<double> v) {
-  std::sort(v.begin(), v.end());
-  return v.empty() ? 0.0 : v[v.size() / 2];
 }
 
 // Events around graphs[j % size] replays, L2 flushed (flush_bytes > 0) before each; `before(j)`
@@ -160,24 +146,10 @@ double time_graphs(const Args& args, const std::vector<cudaGraphExec_t>& graphs,
   return time_graphs(args, graphs, stream, flush, flush_bytes, [](int) {});
 }
 
-template <typename Capture>
-cudaGraphExec_t make_graph(cudaStream_t stream, Capture&& capture) {
-  cudaGraph_t graph;
-  cudaGraphExec_t exec;
-  BENCH_CUDA(cudaStreamBeginCapture(stream, cudaStreamCaptureModeThreadLocal));
-  capture();
-  BENCH_CUDA(cudaStreamEndCapture(stream, &graph));
-  BENCH_CUDA(cudaGraphInstantiate(&exec, graph, 0));
-  BENCH_CUDA(cudaGraphDestroy(graph));
-  return exec;
-}
-
 void destroy(std::vector<cudaGraphExec_t>& graphs) {
   for (cudaGraphExec_t g : graphs) BENCH_CUDA(cudaGraphExecDestroy(g));
   graphs.clear();
 }
-
-__global__ void empty_kernel() {}
 
 // The previous count kernel, the same-run baseline: a CTA of 256 threads per tile builds the
 // tile's histogram and stores it; the last CTA of the row (a ticket) sums the tiles.

@@ -29,6 +29,7 @@
 #include <vector>
 
 #include "../../tests/gpu/routing_samples.h"
+#include "bench_util.cuh"
 #include "iser/counts.h"
 #include "iser/gpu_planner.h"
 #include "iser/planner.h"
@@ -36,16 +37,10 @@
 
 namespace {
 
-// NOTE: no ISER_CUDA_CHECK here: its fmt format strings do not build under nvcc.
-#define BENCH_CUDA(expr)                                                                  \
-  do {                                                                                    \
-    const cudaError_t e_ = (expr);                                                        \
-    if (e_ != cudaSuccess) {                                                              \
-      std::fprintf(stderr, "CUDA error %s in %s at %s:%d\n", cudaGetErrorName(e_), #expr, \
-                   __FILE__, __LINE__);                                                   \
-      std::exit(1);                                                                       \
-    }                                                                                     \
-  } while (0)
+using iser::bench::default_data_path;
+using iser::bench::empty_kernel;
+using iser::bench::make_graph;
+using iser::bench::median;
 
 struct Args {
   std::vector<int> ranks = {4, 8, 16, 32, 64};
@@ -75,13 +70,6 @@ std::string repair_name(iser::RepairSchedule r) {
   }
   return "auto (-R auto: scheduled from EP" + std::to_string(iser::kGpuScheduledRepairMinRanks) +
          ", by phases below)";
-}
-
-std::string default_data_path() {
-  std::string here = __FILE__;  // <repo>/bench/gpu/bench_planner_gpu.cu
-  const size_t cut = here.rfind("/bench/gpu/");
-  return (cut == std::string::npos ? std::string(".") : here.substr(0, cut)) +
-         "/../shared/data/dsv41-flash/coding.csv";
 }
 
 Args parse(int argc, char** argv) {
@@ -153,11 +141,6 @@ Args parse(int argc, char** argv) {
     std::exit(2);
   }
   return a;
-}
-
-double median(std::vector<double> v) {
-  std::sort(v.begin(), v.end());
-  return v.empty() ? 0.0 : v[v.size() / 2];
 }
 
 // One timed configuration: `enqueue(i)` puts input i's work on the stream. Returns event medians
@@ -232,23 +215,6 @@ Timing time_replays(const Args& args, int num_inputs, cudaStream_t stream, void*
   }
   return timing;
 }
-
-// Graph of whatever `capture` enqueues (or nothing when graphs are off).
-template <typename Capture>
-cudaGraphExec_t make_graph(cudaStream_t stream, Capture&& capture) {
-  cudaGraph_t graph;
-  cudaGraphExec_t exec;
-  BENCH_CUDA(cudaStreamBeginCapture(stream, cudaStreamCaptureModeThreadLocal));
-  capture();
-  BENCH_CUDA(cudaStreamEndCapture(stream, &graph));
-  BENCH_CUDA(cudaGraphInstantiate(&exec, graph, 0));
-  BENCH_CUDA(cudaGraphDestroy(graph));
-  return exec;
-}
-
-// Does nothing: timed like the planner, it gives the floor of the protocol (events around one
-// launch or graph replay right after an L2 flush), below which no kernel can be measured.
-__global__ void empty_kernel() {}
 
 }  // namespace
 

@@ -1,0 +1,57 @@
+// Host helpers shared by the planner and decode-path benchmarks: the CUDA error check, the
+// median, graph capture, the empty kernel of the protocol floor, and the default data path.
+#pragma once
+
+#include <cuda_runtime.h>
+
+#include <algorithm>
+#include <cstdio>
+#include <cstdlib>
+#include <string>
+#include <vector>
+
+// NOTE: no ISER_CUDA_CHECK here: its fmt format strings do not build under nvcc.
+#define BENCH_CUDA(expr)                                                                  \
+  do {                                                                                    \
+    const cudaError_t e_ = (expr);                                                        \
+    if (e_ != cudaSuccess) {                                                              \
+      std::fprintf(stderr, "CUDA error %s in %s at %s:%d\n", cudaGetErrorName(e_), #expr, \
+                   __FILE__, __LINE__);                                                   \
+      std::exit(1);                                                                       \
+    }                                                                                     \
+  } while (0)
+
+namespace iser::bench {
+
+inline double median(std::vector<double> v) {
+  std::sort(v.begin(), v.end());
+  return v.empty() ? 0.0 : v[v.size() / 2];
+}
+
+// Graph of whatever `capture` enqueues on `stream`.
+template <typename Capture>
+cudaGraphExec_t make_graph(cudaStream_t stream, Capture&& capture) {
+  cudaGraph_t graph;
+  cudaGraphExec_t exec;
+  BENCH_CUDA(cudaStreamBeginCapture(stream, cudaStreamCaptureModeThreadLocal));
+  capture();
+  BENCH_CUDA(cudaStreamEndCapture(stream, &graph));
+  BENCH_CUDA(cudaGraphInstantiate(&exec, graph, 0));
+  BENCH_CUDA(cudaGraphDestroy(graph));
+  return exec;
+}
+
+// Does nothing: timed like the work, it gives the floor of the protocol (events around one launch
+// or graph replay right after an L2 flush), below which no kernel can be measured.
+__global__ inline void empty_kernel() {}
+
+// Default input: the real histograms beside the checkout,
+// <repo>/../shared/data/dsv41-flash/coding.csv.
+inline std::string default_data_path() {
+  const std::string here = __FILE__;  // <repo>/bench/gpu/bench_util.cuh
+  const size_t cut = here.rfind("/bench/gpu/");
+  return (cut == std::string::npos ? std::string(".") : here.substr(0, cut)) +
+         "/../shared/data/dsv41-flash/coding.csv";
+}
+
+}  // namespace iser::bench
