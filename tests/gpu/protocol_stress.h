@@ -103,6 +103,8 @@ class ProtocolStress {
     c.host_share = config.host_share;
     c.host_sms = 2;
     c.timeout_us = 5'000'000;  // no wait may give up: every delay here is far shorter
+    EXPECT_EQ(preload_stress_kernels(), cudaSuccess);  // see stress_kernels.h
+    EXPECT_EQ(preload_stall_kernel(), cudaSuccess);
     rt_ = Runtime::logical(c);
     fill_homes(*rt_);
     poison_helpers(*rt_);

@@ -238,5 +238,8 @@ void launch_as_graph(cudaStream_t stream, int times, Enqueue&& enqueue) {
 
 // Test-only stall: a kernel that spins until *flag != 0 (host-mapped) or timeout_ns passed.
 cudaError_t launch_stall(const volatile int* device_flag, uint64_t timeout_ns, cudaStream_t stream);
+// Loads the stall kernel now: a first launch beside a spinning kernel waits for it (see
+// stress_kernels.h).
+cudaError_t preload_stall_kernel();
 
 }  // namespace iser::testing

@@ -26,4 +26,9 @@ cudaError_t launch_stall(const volatile int* device_flag, uint64_t timeout_ns,
   return cudaGetLastError();
 }
 
+cudaError_t preload_stall_kernel() {
+  cudaFuncAttributes attributes{};
+  return cudaFuncGetAttributes(&attributes, reinterpret_cast<const void*>(&stall_kernel));
+}
+
 }  // namespace iser::testing

@@ -59,6 +59,16 @@ __global__ void __launch_bounds__(StressCheckConfig::kThreads)
 
 }  // namespace
 
+cudaError_t preload_stress_kernels() {
+  cudaFuncAttributes attributes{};
+  for (const void* kernel : {reinterpret_cast<const void*>(&check_replicas_kernel),
+                             reinterpret_cast<const void*>(&poison_slots_kernel)}) {
+    const cudaError_t error = cudaFuncGetAttributes(&attributes, kernel);
+    if (error != cudaSuccess) return error;
+  }
+  return cudaSuccess;
+}
+
 cudaError_t launch_check_replicas(const StressCheckParams& params, cudaStream_t stream) {
   const int blocks = params.num_views * params.num_ranks * params.num_slots;
   if (blocks > 0) {

@@ -31,5 +31,12 @@ struct StressCheckParams {
 cudaError_t launch_check_replicas(const StressCheckParams& params, cudaStream_t stream);
 // Poisons every helper slot of the bank (helper_offset) on every rank.
 cudaError_t launch_poison_slots(const StressCheckParams& params, cudaStream_t stream);
+// Loads the consumer kernels now (cudaFuncGetAttributes). NOTE: with lazy
+// module loading the first launch of a kernel loads its module, which waits for the kernels
+// already running on the device; a first launch on one writer stream while another stream's
+// count exchange spins for that writer's rank would stall both until the exchange times out.
+// The harness therefore loads every kernel it launches before its first generation, as
+// Runtime's constructor does for the library's kernels.
+cudaError_t preload_stress_kernels();
 
 }  // namespace iser::testing
