@@ -237,10 +237,8 @@ bool bench_count(const Args& args, const std::vector<std::vector<double>>& layer
     p.num_routes = routes;
     p.num_tiles = tiles;
     p.num_experts = E;
-    BENCH_CUDA(static_cast<cudaError_t>(cuda::prepare_count_kernel(cuda::count_smem_bytes(p))));
-    const auto launch_new = [&] {
-      BENCH_CUDA(static_cast<cudaError_t>(cuda::launch_count(p, stream)));
-    };
+    cuda::prepare_count_kernel(cuda::count_smem_bytes(p));
+    const auto launch_new = [&] { cuda::launch_count(p, stream); };
     const auto launch_prev = [&] {
       previous_count_kernel<<<tiles, 256, sizeof(int32_t) * E, stream>>>(
           d_ids, routes, tiles, E, d_prev_counts, d_tiles, tickets);
@@ -261,8 +259,8 @@ bool bench_count(const Args& args, const std::vector<std::vector<double>>& layer
     // In-kernel span: the timed launch records it (a graph of its own, timer reset outside).
     cuda::CountParams timed = p;
     timed.timer = timer;
-    std::vector<cudaGraphExec_t> g_timed{make_graph(
-        stream, [&] { BENCH_CUDA(static_cast<cudaError_t>(cuda::launch_count(timed, stream))); })};
+    std::vector<cudaGraphExec_t> g_timed{
+        make_graph(stream, [&] { cuda::launch_count(timed, stream); })};
     std::vector<double> spans;
     const unsigned long long reset[2] = {~0ull, 0ull};
     for (int j = 0; j < args.warmup + args.iters; ++j) {

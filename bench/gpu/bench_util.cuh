@@ -45,9 +45,12 @@ cudaGraphExec_t make_graph(cudaStream_t stream, Capture&& capture) {
 // or graph replay right after an L2 flush), below which no kernel can be measured.
 __global__ inline void empty_kernel() {}
 
-// Default input: the real histograms beside the checkout,
-// <repo>/../shared/data/dsv41-flash/coding.csv.
+// Default input: the real histograms, $ISER_SHARED_DATA/dsv41-flash/coding.csv when the variable
+// is set (as for the GPU tests), else beside the checkout: <repo>/../shared/data/dsv41-flash/.
 inline std::string default_data_path() {
+  if (const char* dir = std::getenv("ISER_SHARED_DATA"); dir != nullptr && *dir != '\0') {
+    return std::string(dir) + "/dsv41-flash/coding.csv";
+  }
   const std::string here = __FILE__;  // <repo>/bench/gpu/bench_util.cuh
   const size_t cut = here.rfind("/bench/gpu/");
   return (cut == std::string::npos ? std::string(".") : here.substr(0, cut)) +

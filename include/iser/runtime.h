@@ -343,12 +343,16 @@ class Runtime {
   int first_rank_ = 0;
   int num_local_ranks_ = 0;
   int64_t region_bytes_ = 0;
+  // The runtime's plain device buffers (defined in runtime.cpp; owns the regions of logical ranks).
+  struct DeviceMemory;
+  std::unique_ptr<DeviceMemory> device_memory_;
   char* local_base_ = nullptr;     // this process's region(s) (num_local regions)
   std::vector<char*> peer_bases_;  // [P] as mapped here
   std::unique_ptr<runtime::PeerMemory> peer_memory_;  // one process per GPU: owns local_base_
   std::string description_;                           // describe()
   std::string multicast_reason_;  // why multicast is unavailable ("" = available)
   bool multicast_available_ = false;
+  // Views of device_memory_'s buffers:
   void* device_peer_bases_ = nullptr;     // [P] char* on the device
   void* device_scratch_ = nullptr;        // per local rank: status, grid counters
   void* device_ce_ops_ = nullptr;         // copy-engine transport: staged copy list

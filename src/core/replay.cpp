@@ -56,20 +56,25 @@ std::vector<int> resolve_layers(const ReplayConfig& config, const TraceMetadata&
 std::vector<size_t> match_plan_layers(const PlanHistory& plan, const TraceMetadata& served,
                                       const std::vector<int>& layer_ids) {
   const TraceMetadata& pm = plan.metadata;
-  ISER_CHECK(pm.num_experts == served.num_experts,
-             "--plan-trace '{}' has E = {} experts but the served trace '{}' has {}", pm.source,
-             pm.num_experts, served.source, served.num_experts);
-  ISER_CHECK(pm.model.empty() || served.model.empty() || pm.model == served.model,
-             "--plan-trace '{}' records model '{}' but the served trace '{}' records '{}'",
-             pm.source, pm.model, served.source, served.model);
+  ISER_CHECK(
+      pm.num_experts == served.num_experts,
+      "plan history (ReplayConfig::plan_history, --plan-trace) '{}' has E = {} experts but the "
+      "served trace '{}' has {}",
+      pm.source, pm.num_experts, served.source, served.num_experts);
+  ISER_CHECK(
+      pm.model.empty() || served.model.empty() || pm.model == served.model,
+      "plan history (ReplayConfig::plan_history, --plan-trace) '{}' records model '{}' but the "
+      "served trace '{}' records '{}'",
+      pm.source, pm.model, served.source, served.model);
   std::vector<int> plan_ids(static_cast<size_t>(pm.num_layers));
   for (int l = 0; l < pm.num_layers; ++l) plan_ids[l] = pm.layer_id(l);
   std::vector<size_t> positions;
   for (const int id : layer_ids) {
     const auto it = std::find(plan_ids.begin(), plan_ids.end(), id);
     ISER_CHECK(it != plan_ids.end(),
-               "--plan-trace '{}' has no layer {} (its layers: {}); the served trace '{}' needs "
-               "it: pick common layers with --layers",
+               "plan history (ReplayConfig::plan_history, --plan-trace) '{}' has no layer {} (its "
+               "layers: {}); the served trace '{}' needs it: pick common layers "
+               "(ReplayConfig::layers, --layers)",
                pm.source, id,
                pm.layer_ids.empty() ? fmt::format("0..{}", pm.num_layers - 1)
                                     : fmt::format("{}", fmt::join(pm.layer_ids, ", ")),
@@ -303,14 +308,16 @@ ReplayResult run_replay(const RoutingSource& source, const ReplayConfig& config)
   for (const auto& p : result.policies) {
     ISER_CHECK(!(plans_from_served_past(p, has_history) && p != "eplb-window" &&
                  result.warmup_iterations == 0),
-               "policy {} plans from the past: give it a history with --plan-trace FILE or "
-               "--warmup N >= 1 (the first N iterations, left out of every mean)",
+               "policy {} plans from the past: give it a history (ReplayConfig::plan_history, "
+               "--plan-trace FILE) or warm-up iterations (ReplayConfig::warmup >= 1, --warmup N: "
+               "the first N iterations, left out of every mean)",
                p);
   }
   if (std::find(result.policies.begin(), result.policies.end(), "eplb-equal-mem") !=
       result.policies.end()) {
     ISER_CHECK(config.cost_model.has_value(),
-               "policy eplb-equal-mem needs a model (--model) to size its memory");
+               "policy eplb-equal-mem needs a model (ReplayConfig::cost_model, --model) to size "
+               "its memory");
     // The slots a layer gets from the memory the shared banks use, spread over every layer.
     result.equal_mem_slots =
         config.num_slots * config.cost_model->banks / config.cost_model->num_moe_layers;
@@ -330,12 +337,13 @@ ReplayResult run_replay(const RoutingSource& source, const ReplayConfig& config)
     }
     ISER_CHECK(available.value_or(1) > 0,
                "trace '{}' has too few tokens for one iteration at EP{} x {} tokens per rank "
-               "({} tokens dropped); lower --tokens-per-rank",
+               "({} tokens dropped); lower ReplayConfig::tokens_per_rank (--tokens-per-rank)",
                meta.source, ep, config.tokens_per_rank,
                source.dropped_tokens(ep, config.tokens_per_rank));
     ISER_CHECK(iterations > 0,
                "trace '{}' has {} iteration(s) at EP{} x {} tokens per rank, none left after "
-               "{} warm-up iteration(s); lower --warmup or --tokens-per-rank",
+               "{} warm-up iteration(s); lower ReplayConfig::warmup or tokens_per_rank (--warmup, "
+               "--tokens-per-rank)",
                meta.source, available.value_or(0), ep, config.tokens_per_rank, warmup);
     if (config.projection) config.projection->validate();
     result.iterations_per_ep.push_back(iterations);

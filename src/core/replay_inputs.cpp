@@ -40,8 +40,9 @@ void accumulate(std::vector<int64_t>& dst, std::span<const int64_t> src, std::st
 
 const ReplayCostModel& find_replay_cost_model(std::string_view name) {
   if (const auto* m = model::match_preset(std::span(cost_models()), name)) return *m;
-  throw Error(fmt::format("unknown model '{}' for --model (known: {}, or none)", name,
-                          model::preset_names(std::span(cost_models()))));
+  throw Error(
+      fmt::format("unknown model '{}' (ReplayConfig::cost_model, --model; known: {}, or none)",
+                  name, model::preset_names(std::span(cost_models()))));
 }
 
 std::vector<std::string> replay_cost_model_names() {

@@ -10,12 +10,12 @@ int count_smem_bytes(const CountParams& params) {
   return count_smem_bytes(params.num_tiles, params.num_experts);
 }
 
-int prepare_count_kernel(int smem_bytes) {
-  return static_cast<int>(
-      raise_dynamic_smem_limit(reinterpret_cast<const void*>(count_kernel), smem_bytes));
+void prepare_count_kernel(int smem_bytes) {
+  check_cuda(raise_dynamic_smem_limit(reinterpret_cast<const void*>(count_kernel), smem_bytes),
+             "the count kernel's shared memory");
 }
 
-int launch_count(const CountParams& params, CUstream_st* stream) {
+void launch_count(const CountParams& params, CUstream_st* stream) {
   const int ctas = count_ctas(params.num_tiles);
   cudaLaunchConfig_t config{};
   config.gridDim = dim3(static_cast<unsigned>(ctas), static_cast<unsigned>(params.num_rows));
@@ -30,7 +30,7 @@ int launch_count(const CountParams& params, CUstream_st* stream) {
   attribute.val.clusterDim.z = 1;
   config.attrs = &attribute;
   config.numAttrs = ctas > 1 ? 1 : 0;
-  return static_cast<int>(cudaLaunchKernelEx(&config, count_kernel, params));
+  check_cuda(cudaLaunchKernelEx(&config, count_kernel, params), "launch of count_kernel");
 }
 
 }  // namespace iser::cuda

@@ -10,15 +10,14 @@ int plan_smem_bytes(const PlanParams& params) {
   return static_cast<int>(sizeof(int32_t)) * PlanSmem::for_params(params).total;
 }
 
-int prepare_plan_kernel(int smem_bytes) {
-  const cudaError_t e =
-      raise_dynamic_smem_limit(reinterpret_cast<const void*>(plan_kernel<false>), smem_bytes);
-  if (e != cudaSuccess) return static_cast<int>(e);
-  return static_cast<int>(
-      raise_dynamic_smem_limit(reinterpret_cast<const void*>(plan_kernel<true>), smem_bytes));
+void prepare_plan_kernel(int smem_bytes) {
+  for (const void* kernel : {reinterpret_cast<const void*>(plan_kernel<false>),
+                             reinterpret_cast<const void*>(plan_kernel<true>)}) {
+    check_cuda(raise_dynamic_smem_limit(kernel, smem_bytes), "the plan kernel's shared memory");
+  }
 }
 
-int launch_plan(const PlanParams& params, CUstream_st* stream) {
+void launch_plan(const PlanParams& params, CUstream_st* stream) {
   // The layout travels as a kernel argument: computed on the device it would be the first
   // few hundred instructions every thread fetches cold.
   const PlanSmem lay = PlanSmem::for_params(params);
@@ -28,7 +27,7 @@ int launch_plan(const PlanParams& params, CUstream_st* stream) {
   } else {
     plan_kernel<false><<<params.num_plans, PlanConfig::kThreads, smem, stream>>>(params, lay);
   }
-  return static_cast<int>(cudaGetLastError());
+  ISER_CHECK_LAUNCH("plan_kernel");
 }
 
 }  // namespace iser::cuda

@@ -16,28 +16,26 @@ int plan_rewrite_smem_bytes(const PlanRewriteParams& params) {
   return static_cast<int>(sizeof(int32_t)) * words;
 }
 
-int prepare_plan_rewrite_kernel(int smem_bytes, bool iser, int* max_ctas) {
-  *max_ctas = 0;
+int prepare_plan_rewrite_kernel(int smem_bytes, bool iser) {
   const auto kernel = iser ? plan_rewrite_kernel<true> : plan_rewrite_kernel<false>;
-  cudaError_t e = raise_dynamic_smem_limit(reinterpret_cast<const void*>(kernel), smem_bytes);
-  if (e != cudaSuccess) return static_cast<int>(e);
+  check_cuda(raise_dynamic_smem_limit(reinterpret_cast<const void*>(kernel), smem_bytes),
+             "the fused plan + rewrite kernel's shared memory");
   int device = 0;
   int sms = 0;
   int per_sm = 0;
   int cooperative = 0;
-  if ((e = cudaGetDevice(&device)) != cudaSuccess ||
-      (e = cudaDeviceGetAttribute(&sms, cudaDevAttrMultiProcessorCount, device)) != cudaSuccess ||
-      (e = cudaDeviceGetAttribute(&cooperative, cudaDevAttrCooperativeLaunch, device)) !=
-          cudaSuccess ||
-      (e = cudaOccupancyMaxActiveBlocksPerMultiprocessor(
-           &per_sm, kernel, PlanRewriteConfig::kThreads, smem_bytes)) != cudaSuccess) {
-    return static_cast<int>(e);
-  }
-  *max_ctas = cooperative != 0 ? per_sm * sms : 0;
-  return static_cast<int>(cudaSuccess);
+  check_cuda(cudaGetDevice(&device), "cudaGetDevice");
+  check_cuda(cudaDeviceGetAttribute(&sms, cudaDevAttrMultiProcessorCount, device),
+             "the device's SM count");
+  check_cuda(cudaDeviceGetAttribute(&cooperative, cudaDevAttrCooperativeLaunch, device),
+             "the device's cooperative-launch support");
+  check_cuda(cudaOccupancyMaxActiveBlocksPerMultiprocessor(&per_sm, kernel,
+                                                           PlanRewriteConfig::kThreads, smem_bytes),
+             "the fused plan + rewrite kernel's occupancy");
+  return cooperative != 0 ? per_sm * sms : 0;
 }
 
-int launch_plan_rewrite(const PlanRewriteParams& params, int max_ctas, CUstream_st* stream) {
+void launch_plan_rewrite(const PlanRewriteParams& params, int max_ctas, CUstream_st* stream) {
   // The layout travels as a kernel argument, as for the plan kernel (plan.cu).
   const PlanSmem lay = PlanSmem::for_params(params.plan);
   const long long tiles = static_cast<long long>(params.num_rows) * params.num_tiles;
@@ -48,9 +46,8 @@ int launch_plan_rewrite(const PlanRewriteParams& params, int max_ctas, CUstream_
   const long long works = tiles * split.num_parts;
   const long long ctas = std::min<long long>(params.plan.num_plans + works, max_ctas);
   // One CTA per plan, and at least one more for the tiles (plan_rewrite_kernel).
-  if (params.plan.num_plans < 1 || (works > 0 && ctas <= params.plan.num_plans)) {
-    return static_cast<int>(cudaErrorInvalidValue);
-  }
+  check_range(params.plan.num_plans, 1, max_ctas - (works > 0 ? 1 : 0),
+              "fused plan + rewrite: plans in one launch");
   cudaLaunchConfig_t config{};
   config.gridDim = dim3(static_cast<unsigned>(ctas));
   config.blockDim = dim3(PlanRewriteConfig::kThreads);
@@ -64,7 +61,7 @@ int launch_plan_rewrite(const PlanRewriteParams& params, int max_ctas, CUstream_
   config.attrs = &attribute;
   config.numAttrs = 1;
   const auto kernel = params.plan.iser ? plan_rewrite_kernel<true> : plan_rewrite_kernel<false>;
-  return static_cast<int>(cudaLaunchKernelEx(&config, kernel, split, lay));
+  check_cuda(cudaLaunchKernelEx(&config, kernel, split, lay), "launch of plan_rewrite_kernel");
 }
 
 }  // namespace iser::cuda

@@ -1,7 +1,7 @@
 // Host-visible interface of the planner kernel families (count, plan, rewrite): one plain Params
 // struct and one launch helper per kernel. No CUDA types: the .cu launch units own the launches
-// and return the cudaError_t of the launch as an int (checked by the host code, which formats the
-// message: fmt's compile-time format strings do not build under nvcc).
+// and, as every launch helper of the CUDA layer (launch_check.h), report a failed launch or
+// attribute call as an iser::Error.
 #pragma once
 
 #include <cstdint>
@@ -42,8 +42,8 @@ struct CountParams {
 };
 // Dynamic shared memory the count kernel needs for these parameters (bytes).
 int count_smem_bytes(const CountParams& params);
-int prepare_count_kernel(int smem_bytes);  // raises the kernel's shared-memory limit once
-int launch_count(const CountParams& params, CUstream_st* stream);
+void prepare_count_kernel(int smem_bytes);  // raises the kernel's shared-memory limit once
+void launch_count(const CountParams& params, CUstream_st* stream);
 
 // iser's candidate placements: room-aware at T, HALO-Q, and the slack ladder's four water levels
 // (plan_iser.cuh; each on its own warp and candidate block where the shared memory allows).
@@ -76,8 +76,8 @@ struct PlanParams {
 };
 // Dynamic shared memory the plan kernel needs for these parameters (bytes).
 int plan_smem_bytes(const PlanParams& params);
-int prepare_plan_kernel(int smem_bytes);  // raises the kernel's shared-memory limit once
-int launch_plan(const PlanParams& params, CUstream_st* stream);
+void prepare_plan_kernel(int smem_bytes);  // raises the kernel's shared-memory limit once
+void launch_plan(const PlanParams& params, CUstream_st* stream);
 
 struct RewriteParams {
   const int32_t* topk_ids = nullptr;     // [num_rows][num_routes]
@@ -104,8 +104,8 @@ struct RewriteParams {
 // splits into.
 inline constexpr int kRewriteMaxParts = 8;
 int rewrite_smem_bytes(const RewriteParams& params);
-int prepare_rewrite_kernel(int smem_bytes);
-int launch_rewrite(const RewriteParams& params, CUstream_st* stream);
+void prepare_rewrite_kernel(int smem_bytes);
+void launch_rewrite(const RewriteParams& params, CUstream_st* stream);
 
 // Fused planner + rewrite (plan_rewrite.cuh): plan p.plan's num_plans invocations and rewrite
 // the routes of num_rows ranks of them in one cooperative launch. Sync words (uint32, zero when
@@ -137,12 +137,12 @@ struct PlanRewriteParams {
 // Dynamic shared memory of the fused kernel (bytes): the planner's or a rewrite tile's, the larger.
 int plan_rewrite_smem_bytes(const PlanRewriteParams& params);
 // Raises the shared-memory limit of the kernel for iser (PlanParams::iser) or HALO-Q plans;
-// returns the cudaError_t, and in *max_ctas the most CTAs a cooperative launch of it may have on
-// this device (0: it cannot be launched).
-int prepare_plan_rewrite_kernel(int smem_bytes, bool iser, int* max_ctas);
+// returns the most CTAs a cooperative launch of it may have on this device (0: it cannot be
+// launched).
+int prepare_plan_rewrite_kernel(int smem_bytes, bool iser);
 // One cooperative launch of min(num_plans + rewrite tiles, max_ctas) CTAs (max_ctas from the
-// prepare call): a CTA per plan, the others share the tiles. cudaErrorInvalidValue unless
+// prepare call): a CTA per plan, the others share the tiles. Refused (iser::Error) unless
 // num_plans < max_ctas (the caller launches fewer plans at a time).
-int launch_plan_rewrite(const PlanRewriteParams& params, int max_ctas, CUstream_st* stream);
+void launch_plan_rewrite(const PlanRewriteParams& params, int max_ctas, CUstream_st* stream);
 
 }  // namespace iser::cuda

@@ -12,15 +12,15 @@ int rewrite_smem_bytes(const RewriteParams& params) {
                                             params.num_ranks);
 }
 
-int prepare_rewrite_kernel(int smem_bytes) {
-  return static_cast<int>(
-      raise_dynamic_smem_limit(reinterpret_cast<const void*>(rewrite_kernel), smem_bytes));
+void prepare_rewrite_kernel(int smem_bytes) {
+  check_cuda(raise_dynamic_smem_limit(reinterpret_cast<const void*>(rewrite_kernel), smem_bytes),
+             "the rewrite kernel's shared memory");
 }
 
-int launch_rewrite(const RewriteParams& params, CUstream_st* stream) {
+void launch_rewrite(const RewriteParams& params, CUstream_st* stream) {
   const dim3 grid(params.num_tiles * params.num_parts, params.num_rows);
   rewrite_kernel<<<grid, RewriteConfig::kThreads, rewrite_smem_bytes(params), stream>>>(params);
-  return static_cast<int>(cudaGetLastError());
+  ISER_CHECK_LAUNCH("rewrite_kernel");
 }
 
 }  // namespace iser::cuda

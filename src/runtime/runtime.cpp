@@ -32,6 +32,13 @@ struct StagingRecord {
 
 }  // namespace
 
+struct Runtime::DeviceMemory {
+  cuda::DeviceBuffer regions;     // logical ranks: every local rank's region, back to back
+  cuda::DeviceBuffer peer_bases;  // [P] char*
+  cuda::DeviceBuffer scratch;     // [num_local] cuda::scratch_bytes()
+  cuda::DeviceBuffer ce_ops;      // [kMaxLocalCopyOps] CopyOp
+};
+
 Runtime::Runtime(const RuntimeConfig& config) : config_(config), host_share_(config.host_share) {}
 
 std::unique_ptr<Runtime> Runtime::logical(const RuntimeConfig& config) {
@@ -156,14 +163,20 @@ void Runtime::allocate(int num_local) {
   const runtime::RegionLayout layout = runtime::make_region_layout(config_);
   region_bytes_ = layout.total;
   num_local_ranks_ = num_local;
+  device_memory_ = std::make_unique<DeviceMemory>();
+  DeviceMemory& memory = *device_memory_;
   if (comm_ == nullptr) {  // logical ranks; one process per GPU: map_peers (peer memory)
-    ISER_CUDA_CHECK(cudaMalloc(&local_base_, region_bytes_ * num_local));
+    memory.regions = cuda::DeviceBuffer(static_cast<size_t>(region_bytes_) * num_local);
+    local_base_ = memory.regions.get<char>();
     ISER_CUDA_CHECK(cudaMemset(local_base_, 0, region_bytes_ * num_local));
   }
-  ISER_CUDA_CHECK(cudaMalloc(&device_peer_bases_, sizeof(char*) * config_.num_ranks));
-  ISER_CUDA_CHECK(cudaMalloc(&device_scratch_, cuda::scratch_bytes() * num_local));
-  ISER_CUDA_CHECK(cudaMemset(device_scratch_, 0, cuda::scratch_bytes() * num_local));
-  ISER_CUDA_CHECK(cudaMalloc(&device_ce_ops_, sizeof(CopyOp) * kMaxLocalCopyOps));
+  memory.peer_bases = cuda::DeviceBuffer(sizeof(char*) * config_.num_ranks);
+  memory.scratch = cuda::DeviceBuffer(cuda::scratch_bytes() * num_local);
+  memory.ce_ops = cuda::DeviceBuffer(sizeof(CopyOp) * kMaxLocalCopyOps);
+  device_peer_bases_ = memory.peer_bases.get();
+  device_scratch_ = memory.scratch.get();
+  device_ce_ops_ = memory.ce_ops.get();
+  ISER_CUDA_CHECK(cudaMemset(device_scratch_, 0, memory.scratch.bytes()));
   cuda::preload_replicate_kernels();
   cuda::preload_exchange_kernels();
   cuda::preload_gate_kernels();
@@ -181,14 +194,8 @@ void Runtime::release() noexcept {
   if (status_stream_ != nullptr) cudaStreamDestroy(status_stream_);
   status_stream_ = nullptr;
   staging_.reset();
-  cudaFree(device_ce_ops_);
-  cudaFree(device_scratch_);
-  cudaFree(device_peer_bases_);
-  if (peer_memory_) {
-    peer_memory_.reset();  // owns local_base_
-  } else {
-    cudaFree(local_base_);
-  }
+  device_memory_.reset();  // owns local_base_ for logical ranks
+  peer_memory_.reset();    // owns local_base_ for one process per GPU
   device_ce_ops_ = device_scratch_ = device_peer_bases_ = nullptr;
   local_base_ = nullptr;
 }

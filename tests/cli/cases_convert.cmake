@@ -56,7 +56,7 @@ expect(convert_trtllm_pp 0 "pipeline stages: ranks 0,1 hold layers 1,2; ranks 2,
        convert --input ${engines}/trtllm_pp --output ${out_dir}/trt_pp.safetensors)
 expect(convert_trtllm_raw 0 "topk_ids [3, 27, 2]" convert --input ${engines}/trtllm_adp
        --output ${out_dir}/trt_raw.safetensors --trtllm-raw)
-expect(convert_trtllm_lb_needs_map nonzero "pass --slot-map" convert
+expect(convert_trtllm_lb_needs_map nonzero "TraceOptions::slot_map, --slot-map" convert
        --input ${engines}/trtllm_lb --output ${out_dir}/x.safetensors --num-experts 8)
 expect(convert_trtllm_lb 0 "10 load-balancer slots mapped to 8 experts" convert
        --input ${engines}/trtllm_lb --output ${out_dir}/trt_lb.safetensors

@@ -96,9 +96,9 @@ void expect_counts_match(const CountCase& c, const std::vector<int32_t>& ids, in
   p.num_routes = c.routes;
   p.num_tiles = tiles;
   p.num_experts = E;
-  ISER_CUDA_CHECK(static_cast<cudaError_t>(cuda::prepare_count_kernel(cuda::count_smem_bytes(p))));
+  cuda::prepare_count_kernel(cuda::count_smem_bytes(p));
   for (int i = 0; i < replays; ++i) {
-    ISER_CUDA_CHECK(static_cast<cudaError_t>(cuda::launch_count(p, nullptr)));
+    cuda::launch_count(p, nullptr);
   }
   ISER_CUDA_CHECK(cudaDeviceSynchronize());
   EXPECT_EQ(d_counts.download(want.size()), want) << describe(c);

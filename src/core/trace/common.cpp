@@ -38,14 +38,14 @@ int resolve_num_experts(std::string_view name, const TraceOptions& options,
                         std::optional<int64_t> from_file, std::string_view field) {
   return resolve_dimension(
       name, options.num_experts, from_file, field, "num_experts",
-      "--num-experts / TraceOptions::num_experts; E is never guessed from the largest id",
+      "TraceOptions::num_experts (--num-experts); E is never guessed from the largest id",
       kMaxTraceExperts);
 }
 
 int resolve_top_k(std::string_view name, const TraceOptions& options,
                   std::optional<int64_t> from_file, std::string_view field) {
   return resolve_dimension(name, options.top_k, from_file, field, "top_k",
-                           "--top-k / TraceOptions::top_k", kMaxTraceTopK);
+                           "TraceOptions::top_k (--top-k)", kMaxTraceTopK);
 }
 
 std::string describe(const nlohmann::json& value) {

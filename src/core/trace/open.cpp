@@ -126,7 +126,8 @@ TraceFormat detect_trace_format(const std::filesystem::path& path) {
                                                            : TraceFormat::kJsonl;
   }
   if (head.size() >= 9 && head[8] == '{') return TraceFormat::kSafetensors;
-  throw Error(fmt::format("{}: cannot tell the trace format (use --format)", path.string()));
+  throw Error(fmt::format("{}: cannot tell the trace format (name it: TraceFormat, --format)",
+                          path.string()));
 }
 
 TraceData read_trace_data(const std::filesystem::path& path, const TraceOptions& options,

@@ -286,7 +286,8 @@ TraceData read_trtllm_dump(const std::filesystem::path& directory, const TraceOp
   } else {
     ISER_CHECK(!options.num_experts || !file_width || *options.num_experts == *file_width,
                "{}: num_experts = {} but {} experts were requested: with TensorRT-LLM's MoE load "
-               "balancer the dump counts slots, not experts; pass --slot-map FILE (JSON "
+               "balancer the dump counts slots, not experts; pass a slot map "
+               "(TraceOptions::slot_map, --slot-map FILE: JSON "
                "{{\"<layer>\": [expert of slot 0, ...]}}, the load balancer's "
                "initial_global_assignments) to map them",
                meta_name, file_width.value_or(0), options.num_experts.value_or(0));
