@@ -73,8 +73,9 @@ struct GpuPlannerOptions {
 };
 
 // The GpuPlannerOptions that reproduce policy `policy` (the CPU HALO-Q family without state):
-// halo-q, owner-home, absorb, halo-q-owner-in. Throws iser::Error for any other policy (resident
-// policies such as resident and iser need the previous plan, which the GPU planner does not keep).
+// halo-q, owner-home, absorb, halo-q-owner-in, iser-stateless. Throws iser::Error for any other
+// policy (resident policies such as resident and iser need the previous plan, which the GPU
+// planner does not keep; iser-stateless is iser without it).
 GpuPlannerOptions gpu_planner_options(std::string_view policy);
 // true when gpu_planner_options(policy) succeeds and a GpuPlanner accepts `topo` with
 // `max_routes_per_rank` routes (the limits above); never throws.

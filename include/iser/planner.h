@@ -55,8 +55,8 @@ struct HaloQVariant {
   bool iser = false;
 };
 // The one map from the family's policy names (halo-q, owner-home, absorb, resident,
-// halo-q-owner-in, iser) to their settings, read by the CPU policies and the GPU planner alike;
-// nullopt for any other name.
+// halo-q-owner-in, iser, iser-stateless) to their settings, read by the CPU policies and the GPU
+// planner alike; nullopt for any other name.
 std::optional<HaloQVariant> halo_q_variant(std::string_view policy);
 
 // Reusable scratch memory of the planner: plan with the same workspace to avoid allocations in

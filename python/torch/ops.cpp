@@ -207,14 +207,18 @@ std::tuple<at::Tensor, at::Tensor> plan_rewrite_cuda(const at::Tensor& counts_in
 
 // ---- CPU reference ----------------------------------------------------------------------------
 
-HaloQOptions cpu_options(c10::string_view policy) {
-  const GpuPlannerOptions gpu = gpu_planner_options(std::string(policy));
+HaloQOptions cpu_options(const GpuPlannerOptions& gpu) {
   HaloQOptions options;
   options.owner_home = gpu.owner_home;
   options.absorb = gpu.absorb;
   options.owner_in_group = gpu.owner_in_group;
   options.min_move = gpu.min_move;
   return options;
+}
+
+// The plan layout of `policy`'s plans (iser plans may hold more broadcasts).
+GpuPlanLayout layout_for(const Topology& topo, c10::string_view policy) {
+  return GpuPlanLayout::make(topo, gpu_planner_options(std::string(policy)).iser);
 }
 
 void check_cpu_int(const at::Tensor& t, const char* name) {
@@ -268,8 +272,9 @@ at::Tensor plan_reference(const at::Tensor& counts_in, int64_t num_slots, c10::s
   const int P = static_cast<int>(counts.size(-2));
   const int E = static_cast<int>(counts.size(-1));
   const Topology topo = Topology::make(P, E, static_cast<int>(num_slots));
-  const GpuPlanLayout layout = GpuPlanLayout::make(topo);
-  const HaloQOptions options = cpu_options(policy);
+  const GpuPlannerOptions gpu = gpu_planner_options(std::string(policy));
+  const GpuPlanLayout layout = GpuPlanLayout::make(topo, gpu.iser);
+  const HaloQOptions options = cpu_options(gpu);
   const int64_t num_plans = counts.numel() / (int64_t{P} * E);
   std::vector<int64_t> shape(counts.sizes().begin(), counts.sizes().end() - 2);
   shape.push_back(layout.total_words());
@@ -277,7 +282,11 @@ at::Tensor plan_reference(const at::Tensor& counts_in, int64_t num_slots, c10::s
   PlannerWorkspace ws;
   Plan plan;
   for (int64_t i = 0; i < num_plans; ++i) {
-    plan_halo_q(topo, count_matrix(counts, i), options, ws, plan);
+    if (gpu.iser) {
+      plan_iser(topo, count_matrix(counts, i), options, ws, plan);
+    } else {
+      plan_halo_q(topo, count_matrix(counts, i), options, ws, plan);
+    }
     encode_plan(layout, plan, out.data_ptr<int32_t>() + i * layout.total_words());
   }
   return out;
@@ -298,8 +307,7 @@ at::Tensor rewrite_reference(const at::Tensor& plan, const at::Tensor& counts_in
   const Topology topo =
       Topology::make(static_cast<int>(counts.size(0)), static_cast<int>(counts.size(1)),
                      static_cast<int>(num_slots));
-  const GpuPlanLayout layout = GpuPlanLayout::make(topo);
-  cpu_options(policy);  // the same policies as the GPU ops
+  const GpuPlanLayout layout = layout_for(topo, policy);  // the same policies as the GPU ops
   const Plan decoded =
       plan_from_words(layout, std::span<const int32_t>(words.data_ptr<int32_t>(), words.numel()));
   at::Tensor slot_ids = at::empty_like(ids);
@@ -312,7 +320,7 @@ at::Tensor rewrite_reference(const at::Tensor& plan, const at::Tensor& counts_in
 
 // The validator's violations of plan words (GPU layout) for counts [P, E]; empty: valid.
 std::vector<std::string> validate_plan_words(const at::Tensor& plan, const at::Tensor& counts_in,
-                                             int64_t num_slots) {
+                                             int64_t num_slots, c10::string_view policy) {
   check_cpu_int(plan, "plan");
   check_cpu_int(counts_in, "counts");
   TORCH_CHECK(counts_in.dim() == 2, "iser: counts must be [P, E], got ", counts_in.sizes());
@@ -321,17 +329,19 @@ std::vector<std::string> validate_plan_words(const at::Tensor& plan, const at::T
   const Topology topo =
       Topology::make(static_cast<int>(counts.size(0)), static_cast<int>(counts.size(1)),
                      static_cast<int>(num_slots));
-  const Plan decoded =
-      plan_from_words(GpuPlanLayout::make(topo),
-                      std::span<const int32_t>(words.data_ptr<int32_t>(), words.numel()));
+  const Plan decoded = plan_from_words(
+      layout_for(topo, policy), std::span<const int32_t>(words.data_ptr<int32_t>(), words.numel()));
   return validate_plan(topo, count_matrix(counts, 0), decoded);
 }
 
 // [total words, loads, broadcasts, quotas, expert_broadcast, supply_begin, demand_end,
-//  max_broadcasts] of GpuPlanLayout for (P, E, S).
-std::vector<int64_t> plan_layout(int64_t num_ranks, int64_t num_experts, int64_t num_slots) {
-  const GpuPlanLayout l = GpuPlanLayout::make(Topology::make(
-      static_cast<int>(num_ranks), static_cast<int>(num_experts), static_cast<int>(num_slots)));
+//  max_broadcasts] of GpuPlanLayout for (P, E, S) and the policy's plans.
+std::vector<int64_t> plan_layout(int64_t num_ranks, int64_t num_experts, int64_t num_slots,
+                                 c10::string_view policy) {
+  const GpuPlanLayout l =
+      layout_for(Topology::make(static_cast<int>(num_ranks), static_cast<int>(num_experts),
+                                static_cast<int>(num_slots)),
+                 policy);
   return {l.total_words(),      l.loads(),        l.broadcasts(), l.quotas(),
           l.expert_broadcast(), l.supply_begin(), l.demand_end(), l.max_broadcasts};
 }
@@ -351,8 +361,9 @@ TORCH_LIBRARY(iser, m) {
   m.def(
       "rewrite_reference(Tensor plan, Tensor counts, Tensor topk_ids, int rank, int num_slots, "
       "str policy='halo-q') -> Tensor");
-  m.def("validate_plan(Tensor plan, Tensor counts, int num_slots) -> str[]");
-  m.def("plan_layout(int num_ranks, int num_experts, int num_slots) -> int[]", &plan_layout);
+  m.def("validate_plan(Tensor plan, Tensor counts, int num_slots, str policy='halo-q') -> str[]");
+  m.def("plan_layout(int num_ranks, int num_experts, int num_slots, str policy='halo-q') -> int[]",
+        &plan_layout);
 }
 
 TORCH_LIBRARY_IMPL(iser, CUDA, m) {

@@ -25,6 +25,7 @@ const std::vector<PolicyEntry>& registry() {
       {"resident", make_resident_policy},
       {"halo-q-owner-in", make_halo_q_owner_in_policy},
       {"iser", make_iser_policy},
+      {"iser-stateless", make_iser_stateless_policy},
       {"eplb", make_eplb_policy},
       {"eplb-window", make_eplb_window_policy},
       {"eplb-equal-mem", make_eplb_equal_mem_policy},

@@ -93,9 +93,9 @@ bool gpu_planner_covers(std::string_view policy, const Topology& topo,
 GpuPlannerOptions gpu_planner_options(std::string_view policy) {
   const std::optional<GpuPlannerOptions> options = options_for(policy);
   ISER_CHECK(options.has_value(),
-             "GPU planner: policy '{}' has no GPU planner (halo-q, owner-home, absorb and "
-             "halo-q-owner-in have; resident policies need the previous plan); use the host "
-             "planner",
+             "GPU planner: policy '{}' has no GPU planner (halo-q, owner-home, absorb, "
+             "halo-q-owner-in and iser-stateless have; resident policies need the previous plan: "
+             "for iser use iser-stateless, or the host planner)",
              policy);
   return *options;
 }
@@ -287,15 +287,14 @@ GpuPlanner::GpuPlanner(const Topology& topo, int max_routes_per_rank,
         "GPU planner: P = {}, E = {}, S = {} needs {} / {} / {} bytes of shared memory "
         "(plan / rewrite / count), the device allows {}",
         P, E, S, d.plan_smem, d.rewrite_smem, count_smem, smem_optin);
-    ISER_CUDA_CHECK(static_cast<cudaError_t>(cuda::prepare_count_kernel(count_smem)));
-    ISER_CUDA_CHECK(static_cast<cudaError_t>(cuda::prepare_plan_kernel(d.plan_smem)));
-    ISER_CUDA_CHECK(static_cast<cudaError_t>(cuda::prepare_rewrite_kernel(d.rewrite_smem)));
+    cuda::prepare_count_kernel(count_smem);
+    cuda::prepare_plan_kernel(d.plan_smem);
+    cuda::prepare_rewrite_kernel(d.rewrite_smem);
     cuda::PlanRewriteParams fused;
     fused.plan = plan_params;
     d.fused_smem = cuda::plan_rewrite_smem_bytes(fused);
     if (d.fused_smem <= smem_optin) {
-      ISER_CUDA_CHECK(static_cast<cudaError_t>(
-          cuda::prepare_plan_rewrite_kernel(d.fused_smem, options.iser, &d.fused_max_ctas)));
+      d.fused_max_ctas = cuda::prepare_plan_rewrite_kernel(d.fused_smem, options.iser);
     }
     d.fused_sync = cuda::DeviceBuffer(cuda::plan_rewrite_sync_words(max_rows) * sizeof(uint32_t));
     ISER_CUDA_CHECK(cudaMemset(d.fused_sync.get<uint32_t>(), 0, d.fused_sync.bytes()));
@@ -377,14 +376,13 @@ void GpuPlanner::count(const int32_t* topk_ids, int num_tokens, int top_k, int32
   p.num_routes = d.counted_routes;
   p.num_tiles = cuda::num_route_tiles(p.num_routes);
   p.num_experts = d.topo.num_experts;
-  ISER_CUDA_CHECK(static_cast<cudaError_t>(cuda::launch_count(p, stream)));
+  cuda::launch_count(p, stream);
 }
 
 void GpuPlanner::plan(const int32_t* counts, int32_t* plans, CUstream_st* stream, int num_plans) {
   const Impl& d = *impl_;
   ISER_CHECK(num_plans >= 1, "GPU plan: num_plans = {} must be >= 1", num_plans);
-  ISER_CUDA_CHECK(
-      static_cast<cudaError_t>(cuda::launch_plan(d.plan_params(counts, plans, num_plans), stream)));
+  cuda::launch_plan(d.plan_params(counts, plans, num_plans), stream);
 }
 
 namespace {
@@ -413,7 +411,7 @@ void launch_rewrite_rows(const GpuPlanner& planner, int max_broadcasts, int num_
   // One CTA per SM at most: one row's 24 tiles at tau * k = 49,152 split 4 ways over 96 SMs.
   p.num_parts = cuda::tile_parts(static_cast<long long>(p.num_tiles) * num_rows, num_sms,
                                  cuda::kRewriteMaxParts);
-  ISER_CUDA_CHECK(static_cast<cudaError_t>(cuda::launch_rewrite(p, stream)));
+  cuda::launch_rewrite(p, stream);
 }
 
 }  // namespace
@@ -479,7 +477,7 @@ void GpuPlanner::Impl::launch_fused(const int32_t* counts, int32_t* plans, int n
     p.num_routes = num_routes;
     p.num_tiles = num_tiles;
     p.wait_ns = kGpuPlanWaitNs;
-    ISER_CUDA_CHECK(static_cast<cudaError_t>(cuda::launch_plan_rewrite(p, fused_max_ctas, stream)));
+    cuda::launch_plan_rewrite(p, fused_max_ctas, stream);
   }
 }
 

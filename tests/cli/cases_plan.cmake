@@ -4,7 +4,7 @@ expect(plan_table 0 "[2,4)" plan --counts ${D}/plan_case_a.json --slots 2 --g-mi
 expect(plan_json_T 0 "\"T\": 20" plan --counts ${D}/plan_case_a.json --slots 2 --g-min 2 --json)
 expect(plan_json_mode 0 "\"mode\": \"sami\"" plan --counts ${D}/plan_case_a.json --slots 2 --g-min 2 --json)
 expect(plan_validate 0 "plan is valid" plan --counts ${D}/plan_case_a.json --slots 2 --g-min 2 --validate)
-foreach(policy halo-q owner-home absorb resident halo-q-owner-in iser)
+foreach(policy halo-q owner-home absorb resident halo-q-owner-in iser iser-stateless)
   expect(plan_policy_${policy} 0 "plan is valid" plan --counts ${D}/plan_case_a.json --policy ${policy} --validate)
 endforeach()
 expect(plan_unknown_policy nonzero "unknown policy 'nope'" plan --counts ${D}/plan_case_a.json --policy nope)

@@ -13,9 +13,8 @@ namespace iser::test_util {
 
 // Every policy that plans per invocation from counts alone (no trace, no model).
 inline std::vector<std::string> team_policies() {
-  return {"halo-q", "owner-home", "absorb",      "resident", "halo-q-owner-in",
-          "iser",   "p2p",        "p2p-limited", "all-rank", "all-rank-balanced",
-          "none"};
+  return {"halo-q",         "owner-home", "absorb",      "resident", "halo-q-owner-in",   "iser",
+          "iser-stateless", "p2p",        "p2p-limited", "all-rank", "all-rank-balanced", "none"};
 }
 
 // Empty when `result` validates under the policy's own options and, where the policy keeps

@@ -146,6 +146,28 @@ TEST(PlannerStages, ResidentKeepsTheReplicaAndMovesNoBytes) {
   for (const Broadcast& b : plan_halo_q(topo, counts).broadcasts) EXPECT_FALSE(b.resident);
 }
 
+TEST(PlannerStages, IserStatelessPlansEachInvocationFromItsCountsAlone) {
+  // iser-stateless is plan_iser without a previous plan, every time (the GPU planner's form);
+  // iser keeps the first invocation's replicas resident on the second.
+  const auto topo = Topology::make(8, 64, 4);
+  CountMatrix counts(8, 64);
+  for (int s = 0; s < 8; ++s) {
+    for (int e = 0; e < 64; ++e) counts.at(s, e) = (e < 3 ? 200 : 10) + (s * 7 + e) % 5;
+  }
+  const Plan want = plan_iser(topo, counts);
+  ASSERT_FALSE(want.broadcasts.empty());
+  auto stateless = make_policy("iser-stateless", topo);
+  auto resident = make_policy("iser", topo);
+  resident->plan(counts);
+  EXPECT_EQ(resident->plan(counts).resident_broadcasts,
+            static_cast<int32_t>(want.broadcasts.size()));
+  for (int i = 0; i < 2; ++i) {
+    const PolicyResult got = stateless->plan(counts);
+    EXPECT_EQ(got.plan, want) << "invocation " << i;
+    EXPECT_EQ(got.resident_broadcasts, 0) << "invocation " << i;
+  }
+}
+
 TEST(PlannerStages, MinMoveSkipsSmallReplications) {
   // Case A of the golden tests moves 24 then 4 routes; min_move = 5 keeps only the first.
   const auto topo = Topology::make(4, 8, 2, 2);

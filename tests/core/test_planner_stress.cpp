@@ -33,8 +33,8 @@ int64_t stress_plans() {
 // previous plans. Returns the number of violations (printing the first few).
 TEST(PlannerStress, RandomPlansHaveNoViolations) {
   const int64_t target = stress_plans();
-  const std::vector<std::string> policies = {"halo-q",   "owner-home",      "absorb",
-                                             "resident", "halo-q-owner-in", "iser"};
+  const std::vector<std::string> policies = {
+      "halo-q", "owner-home", "absorb", "resident", "halo-q-owner-in", "iser", "iser-stateless"};
   testing::SplitMix64 rng(stress_seed());
   int64_t plans = 0;
   int64_t violations = 0;

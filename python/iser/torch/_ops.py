@@ -45,17 +45,17 @@ def load_library() -> str:
 
 
 @functools.lru_cache(maxsize=None)
-def _plan_words(num_ranks: int, num_experts: int, num_slots: int) -> int:
+def _plan_words(num_ranks: int, num_experts: int, num_slots: int, policy: str) -> int:
     # Host arithmetic; fake kernels call it under FakeTensorMode, which must not see it.
     from torch._subclasses.fake_tensor import unset_fake_temporarily
 
     with unset_fake_temporarily():
-        return int(torch.ops.iser.plan_layout(num_ranks, num_experts, num_slots)[0])
+        return int(torch.ops.iser.plan_layout(num_ranks, num_experts, num_slots, policy)[0])
 
 
 def _register_fakes() -> None:
-    def words(num_ranks, num_experts, num_slots) -> int:
-        return _plan_words(int(num_ranks), int(num_experts), int(num_slots))
+    def words(num_ranks, num_experts, num_slots, policy) -> int:
+        return _plan_words(int(num_ranks), int(num_experts), int(num_slots), str(policy))
 
     @torch.library.register_fake("iser::count")
     def _count_fake(topk_ids, num_experts):
@@ -63,7 +63,7 @@ def _register_fakes() -> None:
 
     @torch.library.register_fake("iser::plan")
     def _plan_fake(counts, num_slots, policy="halo-q"):
-        w = words(counts.shape[-2], counts.shape[-1], num_slots)
+        w = words(counts.shape[-2], counts.shape[-1], num_slots, policy)
         return counts.new_empty((*counts.shape[:-2], w), dtype=torch.int32)
 
     @torch.library.register_fake("iser::rewrite")
@@ -72,7 +72,7 @@ def _register_fakes() -> None:
 
     @torch.library.register_fake("iser::plan_rewrite")
     def _plan_rewrite_fake(counts, topk_ids, rank, num_slots, policy="halo-q"):
-        w = words(counts.shape[0], counts.shape[1], num_slots)
+        w = words(counts.shape[0], counts.shape[1], num_slots, policy)
         return (
             counts.new_empty((w,), dtype=torch.int32),
             topk_ids.new_empty(topk_ids.shape, dtype=torch.int32),
@@ -113,9 +113,10 @@ def plan_rewrite(
 
 
 class PlanLayout:
-    """Word offsets of a plan (``iser::GpuPlanLayout``) for ``(P, E, S)``."""
+    """Word offsets of a plan (``iser::GpuPlanLayout``) for ``(P, E, S)`` and the policy's plans
+    (``iser-stateless`` plans may hold more broadcasts than the HALO-Q family's)."""
 
-    def __init__(self, num_ranks: int, num_experts: int, num_slots: int):
+    def __init__(self, num_ranks: int, num_experts: int, num_slots: int, policy: str = "halo-q"):
         (
             self.total_words,
             self.loads,
@@ -125,7 +126,7 @@ class PlanLayout:
             self.supply_begin,
             self.demand_end,
             self.max_broadcasts,
-        ) = torch.ops.iser.plan_layout(num_ranks, num_experts, num_slots)
+        ) = torch.ops.iser.plan_layout(num_ranks, num_experts, num_slots, policy)
         self.num_ranks = num_ranks
         self.num_experts = num_experts
         self.num_slots = num_slots

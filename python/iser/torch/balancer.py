@@ -42,7 +42,8 @@ class SlotBalancer:
         logical: P ranks on the current GPU (tests, development); or
         group: a ``torch.distributed`` process group of P ranks, one per GPU (iser's own NCCL
             communicator is bootstrapped over it, as vLLM's pynccl does).
-        policy: a GPU-planned policy (halo-q, owner-home, absorb, halo-q-owner-in).
+        policy: a GPU-planned policy (halo-q, owner-home, absorb, halo-q-owner-in,
+            iser-stateless).
         transport: plan, p2p-direct, p2p-sami or p2p-sami-owner.
         copy_sms: CTAs of the replication per rank.
         timeout_us: how long the READY gate waits before it falls back to home bundles.

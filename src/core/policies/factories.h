@@ -18,6 +18,8 @@ std::unique_ptr<Policy> make_resident_policy(const Topology& topo, const PolicyO
 std::unique_ptr<Policy> make_halo_q_owner_in_policy(const Topology& topo,
                                                     const PolicyOptions& options);
 std::unique_ptr<Policy> make_iser_policy(const Topology& topo, const PolicyOptions& options);
+std::unique_ptr<Policy> make_iser_stateless_policy(const Topology& topo,
+                                                   const PolicyOptions& options);
 
 // Baselines (docs/design.md §6): policies/eplb_static.cpp, all_rank.cpp, p2p.cpp.
 std::unique_ptr<Policy> make_eplb_policy(const Topology& topo, const PolicyOptions& options);

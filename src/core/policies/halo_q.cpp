@@ -94,6 +94,9 @@ std::optional<HaloQVariant> halo_q_variant(std::string_view policy) {
     // invocation left the expert in the same group and helper index); min_move applies.
     variant.resident = true;
     variant.iser = true;
+  } else if (policy == "iser-stateless") {
+    // iser planned from the counts alone, as the GPU planner plans it (no previous plan kept).
+    variant.iser = true;
   } else {
     return std::nullopt;
   }
@@ -102,6 +105,11 @@ std::optional<HaloQVariant> halo_q_variant(std::string_view policy) {
 
 std::unique_ptr<Policy> make_iser_policy(const Topology& topo, const PolicyOptions& policy) {
   return make_variant("iser", topo, policy);
+}
+
+std::unique_ptr<Policy> make_iser_stateless_policy(const Topology& topo,
+                                                   const PolicyOptions& policy) {
+  return make_variant("iser-stateless", topo, policy);
 }
 
 std::unique_ptr<Policy> make_halo_q_policy(const Topology& topo, const PolicyOptions& policy) {

@@ -18,8 +18,8 @@ def make_weights(num_experts, gen):
     return [w, scales]
 
 
-def decode_broadcasts(it, plan, p, e, s):
-    layout = it.PlanLayout(p, e, s)
+def decode_broadcasts(it, plan, p, e, s, policy):
+    layout = it.PlanLayout(p, e, s, policy)
     b = int(plan[layout.NUM_BROADCASTS])
     rec = plan[layout.broadcasts : layout.broadcasts + 8 * b].view(b, 8).tolist()
     return [dict(expert=r[0], owner=r[1], begin=r[3], size=r[4], helper=r[5]) for r in rec]
@@ -32,11 +32,11 @@ def check_invocation(it, bal, ids, weights, policy):
     counts, plan = bal.counts().cpu(), bal.plan().cpu()
     assert torch.equal(counts, it.count(ids, e).cpu())
     ref = torch.ops.iser.plan_reference(counts, s, policy)
-    layout = it.PlanLayout(p, e, s)
+    layout = it.PlanLayout(p, e, s, policy)
     assert torch.equal(layout.meaningful(plan), layout.meaningful(ref))
-    assert list(torch.ops.iser.validate_plan(plan, counts, s)) == []
+    assert list(torch.ops.iser.validate_plan(plan, counts, s, policy)) == []
     h = bal.experts_per_rank
-    for bc in decode_broadcasts(it, plan, p, e, s):
+    for bc in decode_broadcasts(it, plan, p, e, s, policy):
         for m in range(bc["begin"], bc["begin"] + bc["size"]):
             for f, w in enumerate(weights):
                 got = bal.slots(f)[m, h + bc["helper"]].view(torch.uint8)
@@ -45,7 +45,7 @@ def check_invocation(it, bal, ids, weights, policy):
 
 
 @pytest.mark.parametrize("num_ranks", [2, 4, 8])
-@pytest.mark.parametrize("policy", ["halo-q", "owner-home"])
+@pytest.mark.parametrize("policy", ["halo-q", "owner-home", "iser-stateless"])
 def test_balance_matches_cpu_planner(iser_torch, num_ranks, policy):
     it = iser_torch
     gen = torch.Generator(device="cuda").manual_seed(num_ranks)

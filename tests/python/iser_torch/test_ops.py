@@ -15,7 +15,7 @@ pytestmark = pytest.mark.gpu
 # ISER_TEST_SCALE < 1 shrinks the random sweep (compute-sanitizer runs).
 SCALE = float(os.environ.get("ISER_TEST_SCALE", "1"))
 
-POLICIES = ["halo-q", "owner-home", "absorb", "halo-q-owner-in"]
+POLICIES = ["halo-q", "owner-home", "absorb", "halo-q-owner-in", "iser-stateless"]
 # (P, E, S, top_k, tokens per rank, invocations)
 CONFIGS = [
     (2, 8, 1, 2, 32, 800),
@@ -77,7 +77,7 @@ def test_bit_exact_against_cpu_planner(iser_torch):
         plans = it.plan(counts, s, policy)
         counts_cpu, plans_cpu = counts.cpu(), plans.cpu()
         ref = torch.ops.iser.plan_reference(counts_cpu, s, policy)
-        layout = it.PlanLayout(p, e, s)
+        layout = it.PlanLayout(p, e, s, policy)
         assert plans.shape == (n, layout.total_words)
         assert (plans_cpu[:, 0] == 0).all(), "a GPU plan carries a status"
         for got, want, what in zip(meaningful_mask(layout, plans_cpu),
@@ -109,6 +109,8 @@ def test_int64_ids_and_errors(iser_torch):
         it.plan_rewrite(counts, ids[0], 5, 1)
     with pytest.raises(RuntimeError, match="policy 'iser-x'"):
         it.plan(counts, 1, "iser-x")
+    with pytest.raises(RuntimeError, match="for iser use iser-stateless"):
+        it.plan(counts, 1, "iser")  # resident: the GPU planner keeps no previous plan
     with pytest.raises(RuntimeError, match="CPU"):
         it.count(ids.cpu(), 4)  # no CPU kernel: the dispatcher names the backend
 
