@@ -127,6 +127,9 @@ void place_iser(const Topology& topo, const CountMatrix& counts, const HaloQOpti
 // coarsest (the GPU planner walks the same ladder).
 inline constexpr int kIserSlackDivisorFinest = 256;
 inline constexpr int kIserSlackDivisorCoarsest = 32;
+// Each candidate placement of plan_iser is leveled (its quotas moved within its groups) for at most
+// kIserLevelSteps · P steps.
+inline constexpr int kIserLevelSteps = 2;
 void plan_iser(const Topology& topo, const CountMatrix& counts, const HaloQOptions& options,
                PlannerWorkspace& ws, Plan& plan);
 Plan plan_iser(const Topology& topo, const CountMatrix& counts, const HaloQOptions& options = {});

@@ -1,6 +1,7 @@
 // The `iser` policy's placement on the GPU, bit-exact with plan_iser of the CPU
-// (src/core/planner/iser.cpp) without a previous plan: up to six candidate placements, the best
-// kept (lowest max load; ties: fewer remote copies, then the earlier candidate):
+// (src/core/planner/iser.cpp) without a previous plan: up to six candidate placements, each
+// leveled (level_quotas), the best kept (lowest max load; ties: fewer remote copies, then the
+// earlier candidate):
 //   1. room-aware placement at water level T,
 //   2. HALO-Q's placement (absorb and owner_in_group off),
 //   3. for d = 256, 128, 64, 32 in turn (kIserSlackDivisorFinest ... Coarsest), only when the best
@@ -39,6 +40,77 @@ inline __device__ void start_candidate(const State& st, bool room_aware, int lan
     }
   }
   __syncwarp();
+}
+
+// Leveling of a candidate placement (warp 0), bit-exact with level_quotas of the CPU
+// (src/core/planner/iser.cpp): for at most kIserLevelSteps · P steps, the busiest rank h (ties:
+// the lowest rank) moves min(q[h], (L[h] − L[r]) / 2) routes to the least loaded other host r of
+// the broadcast where h holds quota and r is furthest below h (ties: the lowest rank, then the
+// earlier broadcast); it stops when no such r is at least 2 below h. A broadcast's hosts: the
+// members of its group other than the owner, and the owner when the broadcast is its expert's
+// latest (the one holding the owner's share; store_broadcast keeps expert_broadcast at it).
+// Keys pack a load (< 2^25) with a rank (< 2^7) into 32 bits.
+__device__ __forceinline__ bool hosts(const State& st, int b, int r) {
+  return r == st.b_owner[b] ? st.expert_broadcast[st.b_expert[b]] == b
+                            : r >= st.b_begin[b] && r < st.b_begin[b] + st.b_size[b];
+}
+
+inline __device__ void level_quotas(const State& st, int num_broadcasts, int lane) {
+  __syncwarp();
+  const int max_steps = kIserLevelSteps * st.P;
+#pragma unroll 1
+  for (int step = 0; step < max_steps; ++step) {
+    unsigned key = 0;
+#pragma unroll 1
+    for (int r = lane; r < st.P; r += 32) {
+      key = max(key, (static_cast<unsigned>(st.load[r]) << 7) | (127u - r));
+    }
+    key = __reduce_max_sync(PlanConfig::kFullMask, key);
+    const int h = 127 - static_cast<int>(key & 127u);
+    const int load_h = static_cast<int>(key >> 7);
+    int best_b = -1;
+    int best_r = -1;
+    int best_gap = 1;  // a move needs L[h] − L[r] >= 2
+#pragma unroll 1
+    for (int base = 0; base < num_broadcasts; base += 32) {
+      const int b = base + lane;
+      const bool held = b < num_broadcasts && hosts(st, b, h) && st.quota[st.host_index(b, h)] > 0;
+      unsigned mask = __ballot_sync(PlanConfig::kFullMask, held);
+#pragma unroll 1
+      while (mask != 0) {
+        const int x = base + __ffs(mask) - 1;
+        mask &= mask - 1;
+        const int owner = st.b_owner[x];
+        const int begin = st.b_begin[x];
+        unsigned low = ~0u;
+        if (owner != h && hosts(st, x, owner)) {
+          low = (static_cast<unsigned>(st.load[owner]) << 7) | static_cast<unsigned>(owner);
+        }
+#pragma unroll 1
+        for (int m = begin + lane; m < begin + st.b_size[x]; m += 32) {
+          if (m != h && m != owner) {
+            low = min(low, (static_cast<unsigned>(st.load[m]) << 7) | static_cast<unsigned>(m));
+          }
+        }
+        low = __reduce_min_sync(PlanConfig::kFullMask, low);
+        if (low != ~0u && load_h - static_cast<int>(low >> 7) > best_gap) {
+          best_b = x;
+          best_r = static_cast<int>(low & 127u);
+          best_gap = load_h - static_cast<int>(low >> 7);
+        }
+      }
+    }
+    if (best_b < 0) break;
+    if (lane == 0) {
+      const int idx_h = st.host_index(best_b, h);
+      const int moved = min(st.quota[idx_h], best_gap / 2);
+      st.quota[idx_h] -= moved;
+      st.quota[st.host_index(best_b, best_r)] += moved;
+      st.load[h] -= moved;
+      st.load[best_r] += moved;
+    }
+    __syncwarp();
+  }
 }
 
 // Max load (high word) and remote copies (low word) of a candidate, as one comparable key:
@@ -80,9 +152,11 @@ inline __device__ __noinline__ int place_iser_sequential(const State st, const P
   challenger.use_buffer(1);
   start_candidate(st, true, lane);
   int num_kept = place(st, p, T, T, true, lane);
+  level_quotas(st, num_kept, lane);
   unsigned long long cost_kept = candidate_cost(st, num_kept, lane);
   // A challenger replaces the kept one only when strictly better (ties: the earlier candidate).
   auto challenge = [&](int num) {
+    level_quotas(challenger, num, lane);
     const unsigned long long cost = candidate_cost(challenger, num, lane);
     if (cost < cost_kept) {
       cost_kept = cost;
@@ -129,6 +203,7 @@ inline __device__ __noinline__ void place_candidate(const State st, const PlanPa
   const bool room_aware = warp != 1;
   start_candidate(mine, room_aware, lane);
   const int n = place(mine, p, T, candidate_water(warp, T), room_aware, lane);
+  level_quotas(mine, n, lane);
   const unsigned long long cost = candidate_cost(mine, n, lane);
   if (lane == 0) {
     iser_candidates.cost[warp] = cost;

@@ -381,5 +381,44 @@ TEST(IserGolden, RoomAwarePlacementBeatsNeedBasedLevels) {
   EXPECT_EQ(*std::max_element(reference.loads.begin(), reference.loads.end()), 22);
 }
 
+// ---- iser: leveling hands the owner's leftover to a colder member --------------------------
+// P = 4, E = 8 (H = 2), S = 1, g_min = 2: levels 0 (4) and 1 (2). Rank 0 owns e0 = 20 and
+// e1 = 20; ranks 1, 2, 3 own 4 each (e2, e4, e6). Total 52, T = 13.
+// Room-aware placement (water level 13): owner 0, e0 (share 20; ties to the smaller id), give =
+//   min(27, 20) = 20. Level 1: [0,2) room 9 (rank 1), [2,4) room 18 -> absorbs 18; level 0: room
+//   27 -> absorbs 20 = the best. 18·8 = 144 >= 140, so level 1, [2,4): ranks 2 and 3 take 9 each;
+//   q = [2,0,9,9], L = [22,4,13,13]. Owner 0 has used its only export: frozen at 22.
+// Leveling: h = 0 (22) holds q[0] = 2 in broadcast 0 (its latest); the least loaded other host
+//   is rank 2 (13; ties to the lower rank): gap 9, moved min(2, 4) = 2 -> q = [0,0,11,9], L =
+//   [20,4,15,13]. h = 0 holds no quota any more: done. Max 20 (22 before leveling).
+// HALO-Q's placement (e0, need 2 -> level 1, [2,4) has the most room) is the same plan, leveled
+//   the same: a tie, the earlier candidate kept. The ladder's water levels are all 13 + 13/d = 13.
+// Max 20 is the optimum: e1 (20) stays on rank 0 with its one export spent on e0.
+TEST(IserGolden, LevelingHandsTheOwnersLeftoverToAColderMember) {
+  const auto topo = Topology::make(4, 8, 1, 2);
+  CountMatrix counts(4, 8);
+  counts.at(0, 0) = 20;
+  counts.at(0, 1) = 20;
+  counts.at(1, 2) = 4;
+  counts.at(2, 4) = 4;
+  counts.at(3, 6) = 4;
+  const Plan plan = plan_iser(topo, counts);
+  EXPECT_EQ(plan.target, 13);
+  EXPECT_EQ(plan.loads, (std::vector<int32_t>{20, 4, 15, 13}));
+  ASSERT_EQ(plan.broadcasts.size(), 1u);
+  const Broadcast& b = plan.broadcasts[0];
+  EXPECT_EQ(b.expert, 0);
+  EXPECT_EQ(b.owner, 0);
+  EXPECT_EQ(b.level, 1);
+  EXPECT_EQ(b.group_begin, 2);
+  EXPECT_EQ(b.quota, (std::vector<int32_t>{0, 0, 11, 9}));
+  ValidationOptions v;
+  v.max_exports_per_owner = topo.num_slots;
+  v.unique_experts = false;
+  EXPECT_TRUE(validate_plan(topo, counts, plan, v).empty());
+  const Plan reference = plan_halo_q(topo, counts);
+  EXPECT_EQ(*std::max_element(reference.loads.begin(), reference.loads.end()), 22);
+}
+
 }  // namespace
 }  // namespace iser

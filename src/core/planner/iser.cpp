@@ -23,6 +23,9 @@
 //  4. plan_iser keeps the best of up to six candidate placements (see there): this one, HALO-Q's,
 //     and this one at water levels T + T/d for d = 256, 128, 64, 32, each tried only while the
 //     best so far ends above it.
+//  5. Each candidate is leveled before the comparison (level_quotas): its quotas move within its
+//     groups from the busiest rank to colder hosts of the same broadcast, which the coldest-first
+//     fill to the water level leaves far apart.
 // Quota bookkeeping for an expert broadcast k times: the owner's remaining share sits in the
 // latest broadcast of that expert (earlier ones then hold 0 for the owner); members of each
 // broadcast hold what they took. Σ quotas = hist[e] per expert.
@@ -244,6 +247,63 @@ int32_t remote_copies(const Plan& plan) {
   return n;
 }
 
+// Leveling of one candidate placement: its groups stay, its quotas move. A broadcast's hosts
+// are the members of its group other than the owner, and the owner when the broadcast holds the
+// owner's share (the expert's latest broadcast; earlier ones keep 0 for the owner). Each step
+// takes the busiest rank h (ties: the lowest rank) and, among the broadcasts where h holds quota,
+// the one whose least loaded other host r (ties: the lowest rank) is furthest below h (ties: the
+// earlier broadcast); it moves min(q[h], (L[h] − L[r]) / 2) routes from h to r. It stops when no
+// such host is at least 2 below h (the max load cannot drop by moving one of h's routes within a
+// group) or after kIserLevelSteps steps. Each step leaves L[h] ≥ L[r], so no load rises above the
+// old max: the max load never grows, and the remote copies (group sizes) stay.
+// NOTE: the greedy fill gives the coldest members all they can take up to the water level and
+// the rest nothing, so a group's members end far apart; leveling evens them out, which lowers
+// the max load wherever the busiest rank shares a group with colder ones.
+void level_quotas(const Topology& topo, PlannerWorkspace& ws, Plan& plan) {
+  const int P = topo.num_ranks;
+  const int num_broadcasts = static_cast<int>(plan.broadcasts.size());
+  std::vector<int32_t>& L = plan.loads;
+  std::vector<int32_t>& latest = ws.order;  // latest broadcast of each expert
+  latest.assign(topo.num_experts, -1);
+  for (int b = 0; b < num_broadcasts; ++b) latest[plan.broadcasts[b].expert] = b;
+  auto hosts = [&](int b, int r) {
+    const Broadcast& x = plan.broadcasts[b];
+    return r == x.owner ? latest[x.expert] == b
+                        : r >= x.group_begin && r < x.group_begin + x.group_size;
+  };
+  const int max_steps = kIserLevelSteps * P;
+  for (int step = 0; step < max_steps; ++step) {
+    int h = 0;
+    for (int r = 1; r < P; ++r) {
+      if (L[r] > L[h]) h = r;
+    }
+    int best_b = -1;
+    int best_r = -1;
+    int32_t best_gap = 1;  // a move needs L[h] − L[r] >= 2
+    for (int b = 0; b < num_broadcasts; ++b) {
+      const Broadcast& x = plan.broadcasts[b];
+      if (x.quota[h] <= 0 || !hosts(b, h)) continue;
+      int r = -1;
+      if (x.owner != h && hosts(b, x.owner)) r = x.owner;
+      for (int m = x.group_begin; m < x.group_begin + x.group_size; ++m) {
+        if (m != h && m != x.owner && (r < 0 || L[m] < L[r] || (L[m] == L[r] && m < r))) r = m;
+      }
+      if (r >= 0 && L[h] - L[r] > best_gap) {
+        best_b = b;
+        best_r = r;
+        best_gap = L[h] - L[r];
+      }
+    }
+    if (best_b < 0) break;
+    std::vector<int32_t>& q = plan.broadcasts[best_b].quota;
+    const int32_t moved = std::min(q[h], best_gap / 2);
+    q[h] -= moved;
+    q[best_r] += moved;
+    L[h] -= moved;
+    L[best_r] += moved;
+  }
+}
+
 }  // namespace
 
 void plan_iser(const Topology& topo, const CountMatrix& counts, const HaloQOptions& options,
@@ -259,6 +319,7 @@ void plan_iser(const Topology& topo, const CountMatrix& counts, const HaloQOptio
   //     which lets one broadcast absorb a whole give where slots are scarce (S = 2 under heavy
   //     skew, or EP64 with four home experts per rank); the finest slack that works wins, and a
   //     coarser one runs only where the finer ones failed.
+  // Each candidate is leveled (level_quotas) before it is compared.
   // Counts are checked and hist / home loads computed once; each candidate starts from them.
   prepare_loads(topo, counts, ws, plan);
   ws.home_loads = plan.loads;
@@ -274,11 +335,13 @@ void plan_iser(const Topology& topo, const CountMatrix& counts, const HaloQOptio
     ws.alternative.loads = ws.home_loads;
   };
   place_room_aware(topo, options, 0, ws, plan);
+  level_quotas(topo, ws, plan);
   HaloQOptions reference = options;
   reference.absorb = false;
   reference.owner_in_group = false;
   start_alternative();
   place_prepared(topo, reference, ws, ws.alternative);
+  level_quotas(topo, ws, ws.alternative);
   auto keep_better = [&] {
     const int32_t max_kept = max_load(plan);
     const int32_t max_new = max_load(ws.alternative);
@@ -294,6 +357,7 @@ void plan_iser(const Topology& topo, const CountMatrix& counts, const HaloQOptio
     if (max_load(plan) > reachable + reachable / divisor) {
       start_alternative();
       place_room_aware(topo, options, divisor, ws, ws.alternative);
+      level_quotas(topo, ws, ws.alternative);
       keep_better();
     }
   }
