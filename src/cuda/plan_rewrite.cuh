@@ -367,10 +367,9 @@ __global__ void __launch_bounds__(PlanRewriteConfig::kThreads, 1)
   const int cta = static_cast<int>(blockIdx.x);
   const int num_plans = p.plan.num_plans;
   if (cta < num_plans) {
-    // NOTE: no register repair here: with it in this kernel's body, stages it never runs took
-    // longer at EP16 (levels and output +0.42 us each) and EP32 (output +0.35-0.55 us), fused
-    // +1.7 / +1.1 us, for -0.7 us at EP4 (code placement, H200, 2026-12-01); EP2-6 plans are
-    // repaired by phases instead (same plans).
+    // NOTE: no register repair here: compiled into this kernel's body it made stages it never
+    // runs slower at EP16 and EP32 (code placement; measured on the H200, docs/planner.md) for a
+    // smaller gain at EP4; EP2-6 plans are repaired by phases instead (same plans).
     plan_cta<kIser, false>(p.plan, lay, cta);
     __syncthreads();  // every plan word written
     if (tid == 0) {
