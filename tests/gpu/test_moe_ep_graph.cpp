@@ -5,8 +5,7 @@
 // nodes); a stalled copy captured into the graph makes the peer's READY gate time out, the helper
 // slots are refilled from home bundles and the output is still OFF's; bad inputs are reported by
 // the rank that sees them and the next replay is exact. The set-up refusals are host-only.
-// Run on 2 x H200 (2026-11-30 19:40 UTC): ReplaysMatchEagerOffBitwise, StalledCopy..., the set-up
-// test. Written after that run, not yet run on a GPU: SizeAware..., BadInputs....
+// The tests that need two GPUs skip themselves on one (runs: docs/moe.md).
 #include <algorithm>
 #include <cstring>
 #include <memory>
