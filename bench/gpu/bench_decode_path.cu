@@ -25,7 +25,6 @@
 #include <algorithm>
 #include <cstdio>
 #include <cstdlib>
-#include <cstring>
 #include <memory>
 #include <string>
 #include <vector>
@@ -42,6 +41,7 @@
 namespace {
 
 using iser::bench::empty_kernel;
+using iser::bench::int_list;
 using iser::bench::make_graph;
 using iser::bench::median;
 
@@ -58,16 +58,6 @@ struct Args {
   bool check = true;
   std::string data;
 };
-
-std::vector<int> int_list(const char* v) {
-  std::vector<int> out;
-  for (const char* s = v; *s != '\0';) {
-    out.push_back(std::atoi(s));
-    const char* comma = std::strchr(s, ',');
-    s = comma != nullptr ? comma + 1 : s + std::strlen(s);
-  }
-  return out;
-}
 
 Args parse(int argc, char** argv) {
   Args a;
@@ -102,10 +92,7 @@ Args parse(int argc, char** argv) {
       std::exit(2);
     }
   }
-  if (a.iters < 200) {
-    std::fprintf(stderr, "-n %d: at least 200 timed replays are needed for the median\n", a.iters);
-    std::exit(2);
-  }
+  iser::bench::require_timed_replays(a.iters);
   return a;
 }
 

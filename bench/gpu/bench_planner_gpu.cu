@@ -79,12 +79,7 @@ Args parse(int argc, char** argv) {
     const std::string flag = argv[i];
     const char* v = argv[i + 1];
     if (flag == "-p") {
-      a.ranks.clear();
-      for (const char* s = v; *s != '\0';) {
-        a.ranks.push_back(std::atoi(s));
-        const char* comma = std::strchr(s, ',');
-        s = comma != nullptr ? comma + 1 : s + std::strlen(s);
-      }
+      a.ranks = iser::bench::int_list(v);
     } else if (flag == "-E") {
       a.experts = std::atoi(v);
     } else if (flag == "-S") {
@@ -136,10 +131,7 @@ Args parse(int argc, char** argv) {
       std::exit(2);
     }
   }
-  if (a.iters < 200) {
-    std::fprintf(stderr, "-n %d: at least 200 timed replays are needed for the median\n", a.iters);
-    std::exit(2);
-  }
+  iser::bench::require_timed_replays(a.iters);
   return a;
 }
 

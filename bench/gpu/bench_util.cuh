@@ -7,6 +7,7 @@
 #include <algorithm>
 #include <cstdio>
 #include <cstdlib>
+#include <cstring>
 #include <string>
 #include <vector>
 
@@ -55,6 +56,25 @@ inline std::string default_data_path() {
   const size_t cut = here.rfind("/bench/gpu/");
   return (cut == std::string::npos ? std::string(".") : here.substr(0, cut)) +
          "/../shared/data/dsv41-flash/coding.csv";
+}
+
+// "8,16,32" -> {8, 16, 32} (the benches' list flags).
+inline std::vector<int> int_list(const char* v) {
+  std::vector<int> out;
+  for (const char* s = v; *s != '\0';) {
+    out.push_back(std::atoi(s));
+    const char* comma = std::strchr(s, ',');
+    s = comma != nullptr ? comma + 1 : s + std::strlen(s);
+  }
+  return out;
+}
+
+// Exits (code 2) unless `iters` timed replays are enough for a median the pages can quote.
+inline void require_timed_replays(int iters) {
+  if (iters < 200) {
+    std::fprintf(stderr, "-n %d: at least 200 timed replays are needed for the median\n", iters);
+    std::exit(2);
+  }
 }
 
 }  // namespace iser::bench

@@ -242,4 +242,26 @@ cudaError_t launch_stall(const volatile int* device_flag, uint64_t timeout_ns, c
 // stress_kernels.h).
 cudaError_t preload_stall_kernel();
 
+// A host-released stall (mapped host flag) in front of a stream: hold() launches the stall kernel,
+// release() lets every held stream go on; a stall never released ends after its timeout.
+class Stall {
+ public:
+  Stall() {
+    EXPECT_EQ(cudaHostAlloc(&host_, sizeof(int), cudaHostAllocMapped), cudaSuccess);
+    *host_ = 0;
+    EXPECT_EQ(cudaHostGetDevicePointer(&device_, host_, 0), cudaSuccess);
+  }
+  ~Stall() { cudaFreeHost(host_); }
+  Stall(const Stall&) = delete;
+  Stall& operator=(const Stall&) = delete;
+  void hold(cudaStream_t stream, uint64_t timeout_ns = 10'000'000'000ull) {
+    EXPECT_EQ(launch_stall(device_, timeout_ns, stream), cudaSuccess);
+  }
+  void release() { *reinterpret_cast<volatile int*>(host_) = 1; }
+
+ private:
+  int* host_ = nullptr;
+  int* device_ = nullptr;
+};
+
 }  // namespace iser::testing

@@ -101,11 +101,7 @@ void expect_stalled_rank3_falls_back(const std::vector<CopyOp>& ops, Transport t
   poison_helpers(*rt);
   const int num_ops = static_cast<int>(ops.size());
   DeviceVector<CopyOp> device_ops(ops);
-  int* host_flag = nullptr;
-  ISER_EXPECT_CUDA(cudaHostAlloc(&host_flag, sizeof(int), cudaHostAllocMapped));
-  *host_flag = 0;
-  int* device_flag = nullptr;
-  ISER_EXPECT_CUDA(cudaHostGetDevicePointer(&device_flag, host_flag, 0));
+  Stall stall;
   cudaStream_t main_stream = nullptr;
   cudaStream_t stalled = nullptr;
   ISER_EXPECT_CUDA(cudaStreamCreateWithFlags(&main_stream, cudaStreamNonBlocking));
@@ -121,7 +117,7 @@ void expect_stalled_rank3_falls_back(const std::vector<CopyOp>& ops, Transport t
   DeviceVector<int32_t> experts(routes.experts);
   DeviceVector<int32_t> slots(routes.slots);
   ISER_EXPECT_CUDA(cudaDeviceSynchronize());
-  ISER_EXPECT_CUDA(launch_stall(device_flag, 5'000'000'000ull, stalled));
+  stall.hold(stalled, 5'000'000'000ull);
   ::iser::testing::replicate_ranks(*rt, 3, 4, device_ops.get(), num_ops, 0, 1, transport, stalled);
   ::iser::testing::replicate_ranks(*rt, 0, 3, device_ops.get(), num_ops, 0, 1, transport,
                                    main_stream);
@@ -139,7 +135,7 @@ void expect_stalled_rank3_falls_back(const std::vector<CopyOp>& ops, Transport t
   ISER_EXPECT_CUDA(cudaStreamSynchronize(main_stream));
   const int stalled_done = cudaStreamQuery(stalled) == cudaSuccess;
   EXPECT_FALSE(stalled_done) << "the stalled copy finished before the gate gave up";
-  *host_flag = 1;  // release the late copy
+  stall.release();  // the late copy
   ISER_EXPECT_CUDA(cudaDeviceSynchronize());
 
   EXPECT_EQ(got_slots, routes.want);
@@ -199,7 +195,6 @@ void expect_stalled_rank3_falls_back(const std::vector<CopyOp>& ops, Transport t
 
   cudaStreamDestroy(main_stream);
   cudaStreamDestroy(stalled);
-  cudaFreeHost(host_flag);
 }
 
 TEST(RuntimeFaults, StalledCopyFallsBackToHomeSlots) {

@@ -247,16 +247,12 @@ TEST(MultiProcess, StalledHostLaneFallsBackWithoutHang) {
   const std::vector<CopyOp> ops = {{0, 0, 1, 1, 0, TransportMode::kSamiOwner}};
   DeviceVector<CopyOp> device_ops(ops);
   DeviceVector<int32_t> slot_expert(static_cast<size_t>(c.num_ranks) * c.num_slots);
-  int* host_flag = nullptr;
-  ISER_EXPECT_CUDA(cudaHostAlloc(&host_flag, sizeof(int), cudaHostAllocMapped));
-  *host_flag = 0;  // never set: the stall ends by its own timeout
-  int* device_flag = nullptr;
-  ISER_EXPECT_CUDA(cudaHostGetDevicePointer(&device_flag, host_flag, 0));
+  Stall stall;  // never released: the stall ends by its own timeout
   cudaStream_t stream = nullptr;
   ISER_EXPECT_CUDA(cudaStreamCreateWithFlags(&stream, cudaStreamNonBlocking));
   barrier(comm);
   if (env->rank == 0) {
-    ISER_EXPECT_CUDA(launch_stall(device_flag, 1'500'000'000ull, stream));
+    stall.hold(stream, 1'500'000'000ull);
   }
   rt.replicate(device_ops.get(), 1, 0, 1, Transport::kP2PSamiHost, stream);
   rt.ready_gate(device_ops.get(), 1, 1, slot_expert.get(), stream, Transport::kP2PSamiHost);
@@ -285,7 +281,6 @@ TEST(MultiProcess, StalledHostLaneFallsBackWithoutHang) {
   expect_bank(rt, ops, 0, rt.bank_of(2), "generation after the stalled host lane");
   barrier(comm);
   cudaStreamDestroy(stream);
-  cudaFreeHost(host_flag);
 }
 
 TEST(MultiProcess, MismatchedConfigurationIsRefusedBeforeMapping) {

@@ -180,17 +180,13 @@ TEST(NcclPeerMemory, OneRankStalledCopyFallsBackHome) {
   const std::vector<int32_t> want = {2, 2, 0, 2, 3};
   DeviceVector<int32_t> device_experts(experts);
   DeviceVector<int32_t> slots(routed);
-  int* host_flag = nullptr;
-  ISER_EXPECT_CUDA(cudaHostAlloc(&host_flag, sizeof(int), cudaHostAllocMapped));
-  *host_flag = 0;
-  int* device_flag = nullptr;
-  ISER_EXPECT_CUDA(cudaHostGetDevicePointer(&device_flag, host_flag, 0));
+  Stall stall;
   cudaStream_t main_stream = nullptr;
   cudaStream_t stalled = nullptr;
   ISER_EXPECT_CUDA(cudaStreamCreateWithFlags(&main_stream, cudaStreamNonBlocking));
   ISER_EXPECT_CUDA(cudaStreamCreateWithFlags(&stalled, cudaStreamNonBlocking));
   ISER_EXPECT_CUDA(cudaDeviceSynchronize());
-  ISER_EXPECT_CUDA(launch_stall(device_flag, 5'000'000'000ull, stalled));
+  stall.hold(stalled, 5'000'000'000ull);
   rt.replicate(device_ops.get(), 1, 0, 1, Transport::kP2PDirect, stalled);
   rt.ready_gate(device_ops.get(), 1, 1, slot_expert.get(), main_stream, Transport::kP2PDirect);
   rt.fallback_rewrite(slot_expert.get(), device_experts.get(), slots.get(),
@@ -204,7 +200,7 @@ TEST(NcclPeerMemory, OneRankStalledCopyFallsBackHome) {
                                    cudaMemcpyDeviceToHost, main_stream));
   ISER_EXPECT_CUDA(cudaStreamSynchronize(main_stream));
   EXPECT_NE(cudaStreamQuery(stalled), cudaSuccess) << "the copy finished before the gate gave up";
-  *host_flag = 1;  // release the late copy
+  stall.release();  // the late copy
   ISER_EXPECT_CUDA(cudaDeviceSynchronize());
   EXPECT_EQ(got, want);
   EXPECT_EQ(gate, std::vector<int32_t>(c.num_slots, -1));
@@ -223,7 +219,6 @@ TEST(NcclPeerMemory, OneRankStalledCopyFallsBackHome) {
   EXPECT_EQ(slot_expert.download(), expected_slot_expert(c, ops));
   cudaStreamDestroy(main_stream);
   cudaStreamDestroy(stalled);
-  cudaFreeHost(host_flag);
 }
 
 // nccl asked for: granted, or refused with the reason on this rank, and the process stays usable

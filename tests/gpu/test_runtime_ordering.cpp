@@ -30,25 +30,6 @@ RuntimeConfig ordering_config(int64_t timeout_us) {
   return c;
 }
 
-// A host-released stall (mapped host flag) in front of a stream.
-class Stall {
- public:
-  Stall() {
-    EXPECT_EQ(cudaHostAlloc(&host_, sizeof(int), cudaHostAllocMapped), cudaSuccess);
-    *host_ = 0;
-    EXPECT_EQ(cudaHostGetDevicePointer(&device_, host_, 0), cudaSuccess);
-  }
-  ~Stall() { cudaFreeHost(host_); }
-  void hold(cudaStream_t stream) {
-    EXPECT_EQ(launch_stall(device_, 10'000'000'000ull, stream), cudaSuccess);
-  }
-  void release() { *reinterpret_cast<volatile int*>(host_) = 1; }
-
- private:
-  int* host_ = nullptr;
-  int* device_ = nullptr;
-};
-
 // Rank 0's count exchange is held back while ranks 1-3 run epochs 1-4, each of which times out
 // waiting for rank 0. Rank 0 then runs epochs 1-3: epochs 1 and 2 must give exactly those
 // epochs' rows (the peers' rows of epoch 3 and 4 overwrite the parity buffers of epochs 1 and 2
