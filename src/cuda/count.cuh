@@ -2,17 +2,20 @@
 // per-tile histograms (tile_counts) that the rewrite kernels turn into route ordinals.
 //
 // One thread-block cluster per row: CTA r of a cluster of C (C = min(tiles, 8)) histograms the
-// row's tiles r, r + C, ... in shared memory (one histogram per tile), stores them to tile_counts
-// and sums them into its partial row; after one cluster barrier each CTA adds up a slice of the
-// experts over the C partial rows through distributed shared memory. No global atomics, no
-// zeroing launch and no last-block hand-off: one launch, and the sums run in a fixed order, so the
-// counts are deterministic. A row of one tile (decode sizes) is one plain CTA.
+// row's tiles r, r + C, ... in shared memory (one histogram per tile) and stores them to
+// tile_counts; each CTA adds its row sums into the owner of each expert slice through distributed
+// shared memory, and after one cluster barrier the owners store the row. A row of one tile
+// (decode sizes) is one plain CTA whose tile histogram is the row. No global atomics, no zeroing
+// launch, no last-block hand-off: one launch. Every thread loads its ids first (one 16-byte load
+// per tile from the row's first 16-byte boundary, plus at most one id of the tile's unaligned
+// head or tail), so the load latency covers the shared-memory zeroing and the barriers' set-up.
 #pragma once
 
 #include <cooperative_groups.h>
 
 #include <cstdint>
 
+#include "cuda/count_tile.cuh"
 #include "cuda/planner_kernels.h"
 #include "cuda/sync.cuh"
 #include "iser/gpu_planner.h"
@@ -21,10 +24,9 @@ namespace iser::cuda {
 
 struct CountConfig {
   static constexpr int kThreads = 512;
-  static constexpr int kRoutesPerThread = kRouteTile / kThreads;  // per tile
-  static constexpr int kMaxClusterCtas = 8;                       // portable cluster size
-  static constexpr int kTilesInFlight = 4;  // tiles whose ids a thread loads before counting
-  static_assert(kRouteTile % kThreads == 0);
+  static constexpr int kMaxClusterCtas = 8;  // portable cluster size
+  static constexpr int kTilesInFlight = 4;   // tiles whose ids a thread loads before counting
+  static_assert(kThreads == kTileThreads);   // one TileIds per thread and tile
 };
 
 // CTAs per row (the cluster size) and tiles per CTA for a row of num_tiles tiles.
@@ -34,14 +36,14 @@ __host__ __device__ constexpr int count_ctas(int num_tiles) {
 __host__ __device__ constexpr int count_tiles_per_cta(int num_tiles) {
   return (num_tiles + count_ctas(num_tiles) - 1) / count_ctas(num_tiles);
 }
-// Dynamic shared memory: a histogram per tile of the CTA, then its partial row.
+// Dynamic shared memory: the row slices the CTA owns in the cluster, then a histogram per tile.
 __host__ __device__ constexpr int count_smem_bytes(int num_tiles, int num_experts) {
   return static_cast<int>(sizeof(int32_t)) * (count_tiles_per_cta(num_tiles) + 1) * num_experts;
 }
 
 __global__ void __launch_bounds__(CountConfig::kThreads) count_kernel(const CountParams p) {
   namespace cg = cooperative_groups;
-  extern __shared__ int32_t smem[];
+  extern __shared__ __align__(16) int32_t smem[];
   if (p.timer != nullptr && threadIdx.x == 0)
     atomicMin(p.timer, static_cast<unsigned long long>(globaltimer_ns()));
   const int tid = static_cast<int>(threadIdx.x);
@@ -50,44 +52,46 @@ __global__ void __launch_bounds__(CountConfig::kThreads) count_kernel(const Coun
   const int num_ctas = static_cast<int>(gridDim.x);
   const int E = p.num_experts;
   const int my_tiles = (p.num_tiles - cta + num_ctas - 1) / num_ctas;
-  int32_t* hist = smem;                                            // [my_tiles][E]
-  int32_t* partial = smem + count_tiles_per_cta(p.num_tiles) * E;  // [E]
-  for (int i = tid; i < my_tiles * E; i += CountConfig::kThreads) hist[i] = 0;
+  const int32_t* ids = p.topk_ids + static_cast<int64_t>(row) * p.num_routes;
+  const int lead = ids_to_16_bytes(ids);
+  const auto load_batch = [&](int first, TileIds(&batch)[CountConfig::kTilesInFlight]) {
+#pragma unroll
+    for (int j = 0; j < CountConfig::kTilesInFlight; ++j) {
+      const int begin = (cta + (first + j) * num_ctas) * kRouteTile;
+      const int end = first + j < my_tiles ? min(begin + kRouteTile, p.num_routes) : begin;
+      batch[j] = load_tile_ids(ids, lead, begin, end, tid);
+    }
+  };
+  TileIds batch[CountConfig::kTilesInFlight];
+  load_batch(0, batch);
+
+  // Zeroing while the ids are on their way: the owned slices (cluster rows) and the histograms.
+  int32_t* owned = smem;     // [E]: this CTA's slice of the row, added to by the whole cluster
+  int32_t* hist = smem + E;  // [my_tiles][E]
+  for (int i = num_ctas > 1 ? tid : E + tid; i < (my_tiles + 1) * E; i += CountConfig::kThreads)
+    smem[i] = 0;
+  // Arrive (release) once `owned` is zero; the wait comes before the first add into a peer's.
+  if (num_ctas > 1) __cluster_barrier_arrive();
   __syncthreads();
 
-  // Histograms: the ids of kTilesInFlight tiles are loaded before any is counted (independent
-  // loads in flight), then counted with shared-memory atomics.
-  const int32_t* ids = p.topk_ids + static_cast<int64_t>(row) * p.num_routes;
   bool bad = false;
-  for (int first = 0; first < my_tiles; first += CountConfig::kTilesInFlight) {
-    int32_t id[CountConfig::kTilesInFlight][CountConfig::kRoutesPerThread];
+  for (int first = 0;; first += CountConfig::kTilesInFlight) {
 #pragma unroll
     for (int j = 0; j < CountConfig::kTilesInFlight; ++j) {
-      const int base = (cta + (first + j) * num_ctas) * kRouteTile + tid;
-#pragma unroll
-      for (int i = 0; i < CountConfig::kRoutesPerThread; ++i) {
-        const int idx = base + i * CountConfig::kThreads;
-        id[j][i] = first + j < my_tiles && idx < p.num_routes ? __ldg(ids + idx) : -1;
-      }
+      // Past my_tiles the ids are all -1: the histogram pointer is not used.
+      count_tile_ids(batch[j], E, hist + (first + j) * E, bad);
     }
-#pragma unroll
-    for (int j = 0; j < CountConfig::kTilesInFlight; ++j) {
-#pragma unroll
-      for (int i = 0; i < CountConfig::kRoutesPerThread; ++i) {
-        const int32_t v = id[j][i];
-        if (v >= 0 && v < E) {
-          atomicAdd(&hist[(first + j) * E + v], 1);
-        } else if (v != -1) {
-          bad = true;
-        }
-      }
-    }
+    if (first + CountConfig::kTilesInFlight >= my_tiles) break;
+    load_batch(first + CountConfig::kTilesInFlight, batch);
   }
   if (__syncthreads_or(bad) && tid == 0) atomicOr(p.error_word, kGpuBadExpertId);
 
-  // tile_counts, and the CTA's partial row (the whole row when the cluster is one CTA).
+  // tile_counts, and the row: stored directly by a lone CTA, else added into the slice owners'.
   int32_t* tile_rows = p.tile_counts + static_cast<int64_t>(row) * p.num_tiles * E;
   int32_t* out = p.counts + static_cast<int64_t>(row) * E;
+  const int slice = (E + num_ctas - 1) / num_ctas;
+  if (num_ctas > 1) __cluster_barrier_wait();
+  cg::cluster_group cluster = cg::this_cluster();
   for (int e = tid; e < E; e += CountConfig::kThreads) {
     int32_t sum = 0;
     for (int j = 0; j < my_tiles; ++j) {
@@ -97,24 +101,17 @@ __global__ void __launch_bounds__(CountConfig::kThreads) count_kernel(const Coun
     }
     if (num_ctas == 1) {
       out[e] = sum;
-    } else {
-      partial[e] = sum;
+    } else if (sum != 0) {
+      atomicAdd(cluster.map_shared_rank(owned + e, static_cast<unsigned>(e / slice)), sum);
     }
   }
   if (num_ctas > 1) {
-    // NOTE: cluster.sync() is barrier.cluster.arrive.release + wait.acquire: every CTA's partial
-    // row is visible to the whole cluster after it. The second one keeps each CTA's shared memory
-    // alive until the other CTAs finished reading it.
-    cg::cluster_group cluster = cg::this_cluster();
+    // NOTE: integer adds commute, so the row is the same whatever order the CTAs' adds land in.
+    // cluster.sync() is arrive.release + wait.acquire: every add into `owned` is visible after
+    // it, and no CTA touches a peer's shared memory after it (a CTA may then exit).
     cluster.sync();
-    const int slice = (E + num_ctas - 1) / num_ctas;
     const int end = min(E, (cta + 1) * slice);
-    for (int e = cta * slice + tid; e < end; e += CountConfig::kThreads) {
-      int32_t sum = 0;
-      for (int c = 0; c < num_ctas; ++c) sum += cluster.map_shared_rank(partial, c)[e];
-      out[e] = sum;
-    }
-    cluster.sync();
+    for (int e = cta * slice + tid; e < end; e += CountConfig::kThreads) out[e] = owned[e];
   }
   if (p.timer != nullptr) {
     __syncthreads();

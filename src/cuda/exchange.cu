@@ -2,6 +2,7 @@
 // peer's symmetric region and stamps it with the epoch; readers acquire all P stamps and copy the
 // matrix out. Optionally the kernel counts the rank's topk ids first (count_and_exchange: one
 // launch instead of count + exchange at decode sizes), with the count kernel's outputs.
+#include "cuda/count_tile.cuh"
 #include "cuda/kernels.h"
 #include "cuda/planner_kernels.h"
 #include "cuda/replicate_base.cuh"
@@ -25,37 +26,37 @@ struct CountExchangeParams {
 };
 
 // The count kernel's work for one row on one CTA (count.cuh does it on a cluster per row): tile
-// by tile, a shared-memory histogram stored to the row's tile counts and added to `row_hist`.
-// Ids outside [-1, E) are ignored and set kGpuBadExpertId. Ends with a barrier.
+// by tile, a shared-memory histogram stored to the row's tile counts and added to `row_hist`;
+// each tile's ids are loaded before its histogram is zeroed (count_tile.cuh). Ids outside [-1, E)
+// are ignored and set kGpuBadExpertId. Ends with a barrier.
 __device__ void count_row_one_cta(const ExchangeCount& c, int local_idx, int num_experts,
                                   int32_t* tile_hist, int32_t* row_hist) {
+  static_assert(CountExchangeConfig::kThreads == kTileThreads);
   const int E = num_experts;
+  const int tid = static_cast<int>(threadIdx.x);
   const int num_tiles = c.num_routes <= 0 ? 1 : (c.num_routes + kRouteTile - 1) / kRouteTile;
   const int32_t* ids = c.topk_ids + static_cast<int64_t>(local_idx) * c.num_routes;
+  const int lead = ids_to_16_bytes(ids);
   int32_t* tile_rows = c.tile_counts + static_cast<int64_t>(local_idx) * num_tiles * E;
-  for (int e = threadIdx.x; e < E; e += blockDim.x) row_hist[e] = 0;
   bool bad = false;
   for (int tile = 0; tile < num_tiles; ++tile) {
-    for (int e = threadIdx.x; e < E; e += blockDim.x) tile_hist[e] = 0;
-    __syncthreads();
-    const int end = min((tile + 1) * kRouteTile, c.num_routes);
-    for (int i = tile * kRouteTile + static_cast<int>(threadIdx.x); i < end; i += blockDim.x) {
-      const int32_t id = __ldg(ids + i);
-      if (id >= 0 && id < E) {
-        atomicAdd(&tile_hist[id], 1);
-      } else if (id != -1) {
-        bad = true;
-      }
+    const int begin = tile * kRouteTile;
+    const TileIds t = load_tile_ids(ids, lead, begin, min(begin + kRouteTile, c.num_routes), tid);
+    for (int e = tid; e < E; e += kTileThreads) {
+      tile_hist[e] = 0;
+      if (tile == 0) row_hist[e] = 0;
     }
     __syncthreads();
-    for (int e = threadIdx.x; e < E; e += blockDim.x) {
+    count_tile_ids(t, E, tile_hist, bad);
+    __syncthreads();
+    for (int e = tid; e < E; e += kTileThreads) {
       tile_rows[static_cast<int64_t>(tile) * E + e] = tile_hist[e];
       row_hist[e] += tile_hist[e];
     }
   }
-  if (__syncthreads_or(bad) && threadIdx.x == 0) atomicOr(c.error_word, kGpuBadExpertId);
+  if (__syncthreads_or(bad) && tid == 0) atomicOr(c.error_word, kGpuBadExpertId);
   if (c.rows != nullptr) {
-    for (int e = threadIdx.x; e < E; e += blockDim.x) {
+    for (int e = tid; e < E; e += kTileThreads) {
       c.rows[static_cast<int64_t>(local_idx) * E + e] = row_hist[e];
     }
   }

@@ -1,11 +1,13 @@
 // Count kernel == CPU: count rows and per-tile histograms (the rewrite kernels' route ordinals)
-// over row lengths around the tile and cluster boundaries, E not a multiple of 4, -1 ids, ids out
-// of range (kGpuBadExpertId), tau = 0 / 1, several rows, skewed and uniform ids, graph replays;
+// over row lengths around the tile and cluster boundaries, rows starting 0-3 ids past a 16-byte
+// boundary, E not a multiple of 4, -1 ids, ids out of range (kGpuBadExpertId), tau = 0 / 1,
+// several rows, skewed and uniform ids, graph replays;
 // the count inside the exchange kernel (Runtime::count_and_exchange) on P logical ranks, its
 // matrix, rows and tile counts (through the fused plan + rewrite) against the CPU.
 #include <cuda_runtime.h>
 #include <gtest/gtest.h>
 
+#include <algorithm>
 #include <climits>
 #include <random>
 #include <span>
@@ -60,8 +62,10 @@ std::vector<int32_t> make_ids(const CountCase& c, std::mt19937& rng) {
   return ids;
 }
 
-// Launches the count kernel on `ids` and checks counts, tile counts and the error bit.
-void expect_counts_match(const CountCase& c, const std::vector<int32_t>& ids, int replays = 1) {
+// Launches the count kernel on `ids` and checks counts, tile counts and the error bit. The rows
+// start `offset` ids into the buffer, between ids of expert 0 that must not be counted.
+void expect_counts_match(const CountCase& c, const std::vector<int32_t>& ids, int replays = 1,
+                         int offset = 0) {
   const int E = c.experts;
   const int tiles = cuda::num_route_tiles(c.routes);
   std::vector<int32_t> want(static_cast<size_t>(c.rows) * E, 0);
@@ -78,17 +82,19 @@ void expect_counts_match(const CountCase& c, const std::vector<int32_t>& ids, in
       }
     }
   }
-  DeviceBuffer<int32_t> d_ids(ids.size());
+  std::vector<int32_t> padded(offset + ids.size() + 4, 0);
+  std::copy(ids.begin(), ids.end(), padded.begin() + offset);
+  DeviceBuffer<int32_t> d_ids(padded.size());
   DeviceBuffer<int32_t> d_counts(want.size());
   DeviceBuffer<int32_t> d_tiles(want_tiles.size());
   DeviceBuffer<uint32_t> d_error(1);
-  d_ids.upload(ids);
+  d_ids.upload(padded);
   // Poison the outputs: every word must be written.
   ISER_CUDA_CHECK(cudaMemset(d_counts.ptr, 0x5a, want.size() * sizeof(int32_t)));
   ISER_CUDA_CHECK(cudaMemset(d_tiles.ptr, 0x5a, want_tiles.size() * sizeof(int32_t)));
   ISER_CUDA_CHECK(cudaMemset(d_error.ptr, 0, sizeof(uint32_t)));
   cuda::CountParams p;
-  p.topk_ids = d_ids.ptr;
+  p.topk_ids = d_ids.ptr + offset;
   p.counts = d_counts.ptr;
   p.tile_counts = d_tiles.ptr;
   p.error_word = d_error.ptr;
@@ -101,10 +107,10 @@ void expect_counts_match(const CountCase& c, const std::vector<int32_t>& ids, in
     cuda::launch_count(p, nullptr);
   }
   ISER_CUDA_CHECK(cudaDeviceSynchronize());
-  EXPECT_EQ(d_counts.download(want.size()), want) << describe(c);
-  EXPECT_EQ(d_tiles.download(want_tiles.size()), want_tiles) << describe(c);
-  EXPECT_EQ(d_error.download(1)[0], any_bad ? static_cast<uint32_t>(kGpuBadExpertId) : 0u)
-      << describe(c);
+  const std::string what = describe(c) + ", offset " + std::to_string(offset);
+  EXPECT_EQ(d_counts.download(want.size()), want) << what;
+  EXPECT_EQ(d_tiles.download(want_tiles.size()), want_tiles) << what;
+  EXPECT_EQ(d_error.download(1)[0], any_bad ? static_cast<uint32_t>(kGpuBadExpertId) : 0u) << what;
 }
 
 TEST(GpuCount, MatchesCpuAcrossTileAndClusterBoundaries) {
@@ -124,6 +130,37 @@ TEST(GpuCount, MatchesCpuAcrossTileAndClusterBoundaries) {
       c.none_share = 0.1;
       expect_counts_match(c, make_ids(c, rng));
     }
+  }
+}
+
+// Rows that start 0-3 ids past a 16-byte boundary (offset views, rows of any length): every id of
+// the unaligned head and tail of each tile is counted once, none outside the row.
+TEST(GpuCount, UnalignedRowStartsAndLengths) {
+  ISER_REQUIRE_GPUS(1);
+  std::mt19937 rng(19);
+  const int T = cuda::kRouteTile;
+  for (const int offset : {0, 1, 2, 3}) {
+    for (const int routes : {1, 2, 3, 4, 5, 7, T - 3, T - 1, T, T + 1, T + 3, 2 * T + 2, 9 * T - 3,
+                             24 * T + 1, 40 * T + 3}) {
+      for (const int experts : {13, 384}) {
+        CountCase c;
+        c.rows = routes <= 9 * T ? 3 : 2;
+        c.routes = routes;
+        c.experts = experts;
+        c.none_share = 0.1;
+        c.bad_share = routes == T + 1 ? 0.002 : 0.0;
+        expect_counts_match(c, make_ids(c, rng), 1, offset);
+      }
+    }
+  }
+  // A single bad id in a tile's unaligned head, then in its tail: still reported.
+  for (const int position : {0, 2, T - 1, T + 2}) {
+    CountCase c;
+    c.routes = T + 3;
+    c.experts = 384;
+    std::vector<int32_t> ids(c.routes, 7);
+    ids[position] = 384;
+    expect_counts_match(c, ids, 1, 1);
   }
 }
 
