@@ -30,6 +30,7 @@
 #pragma once
 
 #include "cuda/plan_iser.cuh"
+#include "cuda/plan_iser_chains.cuh"
 #include "cuda/plan_place.cuh"
 #include "cuda/plan_place_lanes.cuh"
 #include "cuda/plan_repair_schedule.cuh"
@@ -533,6 +534,14 @@ __device__ __forceinline__ void plan_cta(const PlanParams& p, const PlanSmem& la
   }
   __syncthreads();
   const int B = st.scalars[kNumBroadcastsWord];
+  if constexpr (kIser) {
+    // The kept placement only, leveled along chains of hosts (plan_iser_chains.cuh). NOTE: the
+    // status word is CTA-uniform here (read after the barrier above).
+    if (warp == 0 && st.scalars[kStatusWord] == 0) {
+      level_chains(st, B, T + T / kIserSlackDivisorFinest, lane);
+    }
+    __syncthreads();
+  }
   timer.stamp(2, tid);
 
   // ---- stages 3, 6, 4: coloring beside transport modes and quota repair ----------------------
