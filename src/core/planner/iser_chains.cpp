@@ -1,13 +1,11 @@
 // Chain leveling of the `iser` policy's kept placement (docs/design.md §5): quota moves along a
-// chain of hosts, h → v1 → … → r, each link moving routes of one broadcast from a rank holding
-// quota in it to another host of it. Every intermediate rank gives as many routes as it takes,
-// so only h (the busiest rank) drops and r rises. Leveling one hop at a time (level_quotas in
-// iser.cpp) stalls where the busiest rank's co-hosts are as busy as it is although a colder rank
-// is a few broadcasts away. The GPU planner runs the same steps (src/cuda/plan_iser.cuh,
-// level_chains); every tie rule below is part of the contract.
+// chain of hosts, h → v1 → … → r, each link moving routes of one expert from a rank holding quota
+// of it to another host of that expert. Every intermediate rank gives as many routes as it
+// takes, so only h (the busiest rank) drops and r rises. Leveling one hop at a time
+// (level_quotas in iser.cpp) stalls where the busiest rank's co-hosts are as busy as it is
+// although a colder rank is a few broadcasts away. The GPU planner runs the same steps
+// (src/cuda/plan_iser_chains.cuh); every tie rule below is part of the contract.
 #include <algorithm>
-#include <cstdio>
-#include <cstdlib>
 
 #include "iser/error.h"
 #include "planner/placement_common.h"
