@@ -44,6 +44,9 @@ struct HaloQOptions {
   // group equal a broadcast of `previous` reuses that helper index when it is free on the whole
   // group at its turn of the coloring (Broadcast::resident = true: moves no bytes). Null: none.
   const Plan* previous = nullptr;
+  // iser only: level the kept placement along chains of hosts (plan_iser; the GPU planner always
+  // does). Off only to measure what the chains add (tests, ablations).
+  bool iser_chains = true;
 };
 
 // A policy of the HALO-Q family as planner settings: its HaloQOptions (min_move 0, previous
@@ -130,6 +133,10 @@ inline constexpr int kIserSlackDivisorCoarsest = 32;
 // Each candidate placement of plan_iser is leveled (its quotas moved within its groups) for at most
 // kIserLevelSteps · P steps.
 inline constexpr int kIserLevelSteps = 2;
+// The kept placement is then leveled along chains of hosts (src/core/planner/iser_chains.cpp)
+// while its max load is above T + T/kIserSlackDivisorFinest, for at most kIserChainSteps · P
+// steps.
+inline constexpr int kIserChainSteps = 1;
 void plan_iser(const Topology& topo, const CountMatrix& counts, const HaloQOptions& options,
                PlannerWorkspace& ws, Plan& plan);
 Plan plan_iser(const Topology& topo, const CountMatrix& counts, const HaloQOptions& options = {});

@@ -30,6 +30,7 @@
 #pragma once
 
 #include "cuda/plan_iser.cuh"
+#include "cuda/plan_iser_chains.cuh"
 #include "cuda/plan_place.cuh"
 #include "cuda/plan_place_lanes.cuh"
 #include "cuda/plan_repair_schedule.cuh"
@@ -533,6 +534,22 @@ __device__ __forceinline__ void plan_cta(const PlanParams& p, const PlanSmem& la
   }
   __syncthreads();
   const int B = st.scalars[kNumBroadcastsWord];
+  if constexpr (kIser) {
+    // The kept placement only, leveled along chains of hosts (plan_iser_chains.cuh). Its first
+    // test (max load <= stop_at) is made here, inline: most real inputs end at or below it, and
+    // the call would cost its set-up and instruction fetches. NOTE: the status word is
+    // CTA-uniform here (read after the barrier above).
+    if (warp == 0 && st.scalars[kStatusWord] == 0) {
+      const int stop_at = T + T / kIserSlackDivisorFinest;
+      int max_load = 0;
+#pragma unroll 1
+      for (int r = lane; r < st.P; r += 32) max_load = max(max_load, st.load[r]);
+      if (__reduce_max_sync(PlanConfig::kFullMask, max_load) > stop_at) {
+        level_chains(st, B, stop_at, lane);
+      }
+    }
+    __syncthreads();
+  }
   timer.stamp(2, tid);
 
   // ---- stages 3, 6, 4: coloring beside transport modes and quota repair ----------------------

@@ -1,13 +1,16 @@
 // Property tests of the HALO-Q family and the route rewrite (rapidcheck): every plan validates,
-// the rewrite conserves routes, flow loads equal plan loads, and token and flow rewrites agree.
+// the rewrite conserves routes, flow loads equal plan loads, and token and flow rewrites agree;
+// iser's chain leveling keeps routes and never raises the max load.
 #include <gtest/gtest.h>
 #include <rapidcheck.h>
 #include <rapidcheck/gtest.h>
 
 #include <algorithm>
 #include <map>
+#include <numeric>
 #include <tuple>
 
+#include "core/planner/placement_common.h"
 #include "core/planner/synthetic_counts.h"
 #include "iser/metrics.h"
 #include "iser/planner.h"
@@ -152,6 +155,59 @@ RC_GTEST_PROP(PlannerProps, ResidentPolicyValidatesOverIterations, ()) {
     RC_ASSERT(validate_plan(c.topo, counts, result.plan, policy->validation()).empty());
     const auto loads = loads_from_flows(c.topo.num_ranks, result.flows);
     for (int r = 0; r < c.topo.num_ranks; ++r) RC_ASSERT(loads[r] == result.plan.loads[r]);
+  }
+}
+
+// iser's chain leveling (src/core/planner/iser_chains.cpp) on the room-aware placement before
+// any leveling (place_iser), where chains have most to move.
+std::vector<int64_t> expert_quotas(const Plan& plan, int num_experts) {
+  std::vector<int64_t> sum(num_experts, 0);
+  for (const Broadcast& b : plan.broadcasts) {
+    sum[b.expert] += std::accumulate(b.quota.begin(), b.quota.end(), int64_t{0});
+  }
+  return sum;
+}
+
+RC_GTEST_PROP(PlannerProps, ChainsKeepRoutesAndNeverRaiseTheMax, ()) {
+  const Case c = *gen_case();
+  const int P = c.topo.num_ranks;
+  PlannerWorkspace ws;
+  Plan plan;
+  place_iser(c.topo, c.counts, HaloQOptions{}, ws, plan);
+  const Plan before = plan;
+  level_chains(c.topo, 0, ws, plan);
+  const bool moved = plan.loads != before.loads;
+  RC_CLASSIFY(moved, "chains moved routes");
+  RC_CLASSIFY(*std::max_element(plan.loads.begin(), plan.loads.end()) <
+                  *std::max_element(before.loads.begin(), before.loads.end()),
+              "max load lowered");
+  RC_ASSERT(std::accumulate(plan.loads.begin(), plan.loads.end(), int64_t{0}) ==
+            std::accumulate(before.loads.begin(), before.loads.end(), int64_t{0}));
+  RC_ASSERT(*std::max_element(plan.loads.begin(), plan.loads.end()) <=
+            *std::max_element(before.loads.begin(), before.loads.end()));
+  RC_ASSERT(expert_quotas(plan, c.topo.num_experts) == expert_quotas(before, c.topo.num_experts));
+  RC_ASSERT(plan.broadcasts.size() == before.broadcasts.size());
+  std::vector<int> latest(c.topo.num_experts, -1);
+  for (size_t b = 0; b < plan.broadcasts.size(); ++b) latest[plan.broadcasts[b].expert] = b;
+  for (size_t i = 0; i < plan.broadcasts.size(); ++i) {
+    const Broadcast& x = plan.broadcasts[i];
+    const Broadcast& y = before.broadcasts[i];
+    RC_ASSERT(x.expert == y.expert && x.owner == y.owner && x.level == y.level &&
+              x.group_begin == y.group_begin && x.group_size == y.group_size);
+    for (int r = 0; r < P; ++r) {
+      RC_ASSERT(x.quota[r] >= 0);
+      // Quotas only on hosts: group members other than the owner, the owner on the latest.
+      const bool host = r == x.owner ? latest[x.expert] == static_cast<int>(i) : x.in_group(r);
+      if (!host) RC_ASSERT(x.quota[r] == 0);
+    }
+  }
+  // Each rank's load changed by exactly its quota change.
+  for (int r = 0; r < P; ++r) {
+    int64_t dq = 0;
+    for (size_t i = 0; i < plan.broadcasts.size(); ++i) {
+      dq += plan.broadcasts[i].quota[r] - before.broadcasts[i].quota[r];
+    }
+    RC_ASSERT(plan.loads[r] - before.loads[r] == dq);
   }
 }
 

@@ -1,7 +1,8 @@
-// Unit tests of the planner stages, the rewrite on non-HALO-Q plans, the plan JSON and the
-// resident policy.
+// Unit tests of the planner stages (iser's chain leveling included), the rewrite on non-HALO-Q
+// plans, the plan JSON and the resident policy.
 #include <gtest/gtest.h>
 
+#include "core/planner/placement_common.h"
 #include "iser/error.h"
 #include "iser/plan_json.h"
 #include "iser/planner.h"
@@ -185,6 +186,87 @@ TEST(PlannerStages, MinMoveSkipsSmallReplications) {
   ASSERT_EQ(plan.broadcasts.size(), 1u);
   EXPECT_EQ(plan.broadcasts[0].expert, 0);
   EXPECT_EQ(plan.loads, (std::vector<int32_t>{24, 16, 20, 20}));
+}
+
+// A plan of `loads` and `broadcasts` on P ranks and P experts, S = 2, for the leveling stages.
+Plan leveling_plan(int32_t target, std::vector<int32_t> loads, std::vector<Broadcast> broadcasts) {
+  Plan plan;
+  plan.num_ranks = static_cast<int32_t>(loads.size());
+  plan.num_experts = plan.num_ranks;
+  plan.num_slots = 2;
+  plan.target = target;
+  plan.loads = std::move(loads);
+  plan.broadcasts = std::move(broadcasts);
+  return plan;
+}
+
+// iser's chain leveling (src/core/planner/iser_chains.cpp), worked by hand.
+// P = 4, E = 4 (expert e at home on rank e), S = 2. b0: expert 0 on group [0, 2) (owner 0 inside),
+// quotas {10, 10, 0, 0}; b1: expert 1 on group [2, 4) (owner 1 outside, hosting its share),
+// quotas {0, 8, 6, 2}; home routes of the unexported experts 2 and 3 plus anything else:
+// {10, 1, 13, 9}. Loads L = {20, 19, 19, 11} (sum 69, ceil(69 / 4) = 18).
+// One hop: the busiest rank 0 holds quota only in b0, whose other host (rank 1) is at 19: gap 1,
+// no move, max 20.
+// Chains:
+//  1. h = 0, m = 3. BFS: level 1 = {1} (expert 0's hosts); level 2 = {2, 3} (rank 1 holds quota
+//     of expert 1, hosted by 1, 2, 3): m reached, r = 3, δ = min((20 − 11) / 2, 10, 8) = 4.
+//     Links: 3 ← 1 in b1 (the lowest broadcast of expert 1, a level-1 giver), 1 ← 0 in b0.
+//     b0 {6, 14, 0, 0}, b1 {0, 4, 6, 6}, L {16, 19, 19, 15}.
+//  2. h = 1 (ties with 2: the lower rank), m = 3: level 1 = {0, 2, 3}, r = 3 (15), δ = 2 via b1.
+//     b1 {0, 2, 6, 8}, L {16, 17, 19, 17}.
+//  3. h = 2, m = 0: level 1 = {1, 3}; level 2 = {0} (rank 1 holds quota of expert 0), r = 0,
+//     δ = min(3 / 2, 6, 14) = 1. Links: 0 ← 1 in b0, 1 ← 2 in b1.
+//     b0 {7, 13, 0, 0}, b1 {0, 3, 5, 8}, L {17, 17, 18, 17}.
+//  4. h = 2 (18), m = 0 (17): gap 1, stop. Max 18: the mean, rounded up.
+Plan stalled_plan() {
+  return leveling_plan(18, {20, 19, 19, 11},
+                       {group_broadcast(0, 0, 1, 0, 2, {10, 10, 0, 0}),
+                        group_broadcast(1, 1, 1, 2, 2, {0, 8, 6, 2})});
+}
+
+TEST(IserChains, ChainLevelsWhereOneHopStalls) {
+  const Topology topo = Topology::make(4, 4, 2, 2);
+  Plan plan = stalled_plan();
+  PlannerWorkspace ws;
+  level_chains(topo, 0, ws, plan);
+  EXPECT_EQ(plan.loads, (std::vector<int32_t>{17, 17, 18, 17}));
+  EXPECT_EQ(plan.broadcasts[0].quota, (std::vector<int32_t>{7, 13, 0, 0}));
+  EXPECT_EQ(plan.broadcasts[1].quota, (std::vector<int32_t>{0, 3, 5, 8}));
+}
+
+// The same plan with the stop level at 20: the max load is not above it, nothing moves.
+TEST(IserChains, NothingMovesAtOrBelowTheStopLevel) {
+  const Topology topo = Topology::make(4, 4, 2, 2);
+  Plan plan = stalled_plan();
+  const Plan before = plan;
+  PlannerWorkspace ws;
+  level_chains(topo, 20, ws, plan);
+  EXPECT_EQ(plan, before);
+}
+
+// An expert in two groups: its routes move from a member of the earlier group to a member of the
+// later one (the owner's share sits in the latest broadcast). P = 8, E = 8, S = 2. Expert 0
+// (owner 0) in b0 on [2, 4) and b1 on [4, 6); expert 1 (owner 1) nowhere.
+// b0 {0, 0, 9, 9, 0, 0, 0, 0} (the owner holds nothing in an earlier broadcast), b1 {4, 0, 0, 0,
+// 1, 1, 0, 0}; other routes {0, 0, 1, 1, 1, 1, 4, 4}: L {4, 0, 10, 10, 2, 2, 4, 4} (sum 36).
+//  1. h = 2, m = 1 (unreachable: it hosts nothing). Level 1 = {0, 3, 4, 5} (every host of expert
+//     0; rank 0 hosts b1 only). r = 4 (2; ties with 5: the lower rank), δ = min(8 / 2, 9) = 4 in
+//     b0 → b1 (the earliest broadcast of expert 0 rank 4 hosts). L {4, 0, 6, 10, 6, 2, 4, 4}.
+//  2. h = 3: level 1 = {0, 2, 4, 5}, r = 5 (2), δ = 4: b0[3] 9 → 5, b1[5] 1 → 5.
+//     L {4, 0, 6, 6, 6, 6, 4, 4}.
+//  3. h = 2 (6; ties with 3, 4, 5: the lowest rank), r = 0 (4), δ = 1: b0[2] → b1[0] (rank 0, the
+//     owner, hosts expert 0's latest broadcast). L {5, 0, 5, 6, 6, 6, 4, 4}.
+//  4. h = 3, r = 0 (5; ties with 2: the lower rank): gap 1, stop. Max 6 (from 10).
+TEST(IserChains, RoutesMoveBetweenTheGroupsOfOneExpert) {
+  const Topology topo = Topology::make(8, 8, 2, 2);
+  Plan plan = leveling_plan(5, {4, 0, 10, 10, 2, 2, 4, 4},
+                            {group_broadcast(0, 0, 2, 2, 2, {0, 0, 9, 9, 0, 0, 0, 0}),
+                             group_broadcast(0, 0, 2, 4, 2, {4, 0, 0, 0, 1, 1, 0, 0})});
+  PlannerWorkspace ws;
+  level_chains(topo, 0, ws, plan);
+  EXPECT_EQ(plan.loads, (std::vector<int32_t>{5, 0, 5, 6, 6, 6, 4, 4}));
+  EXPECT_EQ(plan.broadcasts[0].quota, (std::vector<int32_t>{0, 0, 4, 5, 0, 0, 0, 0}));
+  EXPECT_EQ(plan.broadcasts[1].quota, (std::vector<int32_t>{5, 0, 0, 0, 5, 5, 0, 0}));
 }
 
 }  // namespace

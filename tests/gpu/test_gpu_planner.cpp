@@ -136,13 +136,14 @@ TEST(GpuPlanner, PhaseRepairMatchesCpu) {
 TEST(GpuPlannerIser, MatchesCpuOnRandomSkewedTokens) {
   ISER_REQUIRE_GPUS(1);
   g_iser_repeats = 0;
+  g_iser_chains = 0;
   const int checked = check_random_inputs(iser_variant);
   if (HasFailure()) return;
   RecordProperty("inputs", checked);
   std::printf(
       "GPU iser == CPU plan_iser + rewrite_tokens on %d random inputs (plans and slot ids; %d "
-      "repeat an expert)\n",
-      checked, g_iser_repeats.load());
+      "repeat an expert, %d level along chains)\n",
+      checked, g_iser_repeats.load(), g_iser_chains.load());
   if (test_scale() >= 1.0) {
     EXPECT_GE(checked, 100000);
   }
@@ -201,6 +202,9 @@ void check_power_law(const GpuPlannerOptions& options, int num_experts, int slot
       ASSERT_TRUE(gpu == cpu) << variant_name(options) << " P=" << P << " S=" << slots
                               << " iteration " << i << ": " << first_difference(gpu, cpu);
       if (options.iser && repeats_an_expert(cpu)) ++g_iser_repeats;
+      if (options.iser && chains_moved(topo, inputs[i], cpu_options(options), cpu)) {
+        ++g_iser_chains;
+      }
     }
   }
 }
@@ -213,17 +217,22 @@ TEST(GpuPlanner, MatchesCpuOnPowerLawCounts) {
 TEST(GpuPlannerIser, MatchesCpuOnPowerLawCounts) {
   ISER_REQUIRE_GPUS(1);
   g_iser_repeats = 0;
+  g_iser_chains = 0;
   // S = 2 with E = 256 is the EP64 heavy-skew setting of docs/evaluation.md; S = 4, E = 384 the
   // default topology.
   for (const auto& [slots, experts] : {std::pair{2, 256}, std::pair{4, 384}}) {
     check_power_law(iser_variant(0), experts, slots, 0.1);
     if (HasFailure()) return;
   }
-  std::printf("GPU iser == CPU plan_iser on power-law counts (%d plans repeat an expert)\n",
-              g_iser_repeats.load());
-  // The heavy-skew inputs must reach iser's repeated exports, or this test misses that path.
+  std::printf(
+      "GPU iser == CPU plan_iser on power-law counts (%d plans repeat an expert, %d level along "
+      "chains)\n",
+      g_iser_repeats.load(), g_iser_chains.load());
+  // The heavy-skew inputs must reach iser's repeated exports and its chain leveling, or this
+  // test misses those paths.
   if (test_scale() >= 1.0) {
     EXPECT_GT(g_iser_repeats.load(), 0);
+    EXPECT_GT(g_iser_chains.load(), 0);
   }
 }
 

@@ -25,7 +25,8 @@
 //     best so far ends above it.
 //  5. Each candidate is leveled before the comparison (level_quotas): its quotas move within its
 //     groups from the busiest rank to colder hosts of the same broadcast, which the coldest-first
-//     fill to the water level leaves far apart.
+//     fill to the water level leaves far apart. The kept one is then leveled along chains of
+//     hosts (level_chains, iser_chains.cpp), where one hop stalls.
 // Quota bookkeeping for an expert broadcast k times: the owner's remaining share sits in the
 // latest broadcast of that expert (earlier ones then hold 0 for the owner); members of each
 // broadcast hold what they took. Σ quotas = hist[e] per expert.
@@ -319,7 +320,8 @@ void plan_iser(const Topology& topo, const CountMatrix& counts, const HaloQOptio
   //     which lets one broadcast absorb a whole give where slots are scarce (S = 2 under heavy
   //     skew, or EP64 with four home experts per rank); the finest slack that works wins, and a
   //     coarser one runs only where the finer ones failed.
-  // Each candidate is leveled (level_quotas) before it is compared.
+  // Each candidate is leveled (level_quotas) before it is compared; the kept one is then leveled
+  // along chains of hosts (level_chains).
   // Counts are checked and hist / home loads computed once; each candidate starts from them.
   prepare_loads(topo, counts, ws, plan);
   ws.home_loads = plan.loads;
@@ -360,6 +362,12 @@ void plan_iser(const Topology& topo, const CountMatrix& counts, const HaloQOptio
       level_quotas(topo, ws, ws.alternative);
       keep_better();
     }
+  }
+  // The kept placement only: its quotas move along chains of hosts (level_chains), where one
+  // hop stalls, while its max load is above the ladder's finest level (below it, the few routes
+  // left to gain cost the GPU planner chain steps on most real inputs: docs/design.md §5).
+  if (options.iser_chains) {
+    level_chains(topo, reachable + reachable / kIserSlackDivisorFinest, ws, plan);
   }
   // The owner serves its quota from its home slot: with an expert in two groups the owner may
   // be a member of one, and the home slot needs no READY wait.

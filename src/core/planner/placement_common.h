@@ -49,4 +49,11 @@ void team_water_levels(const Topology& topo, int32_t target, int32_t slack_divis
 void place_prepared(const Topology& topo, const HaloQOptions& options, PlannerWorkspace& ws,
                     Plan& plan);
 
+// iser's chain leveling of the kept placement (iser_chains.cpp): quotas move along shortest
+// chains of hosts from the busiest rank to the least loaded reachable one, while the max load is
+// above stop_at, for at most kIserChainSteps · P steps; groups, payloads and Σ quotas per expert
+// stay, the max load never rises. Uses ws.order, members, recv_used, send_used, group_cold,
+// next_candidate and candidates as scratch.
+void level_chains(const Topology& topo, int32_t stop_at, PlannerWorkspace& ws, Plan& plan);
+
 }  // namespace iser
