@@ -44,8 +44,9 @@ struct HaloQOptions {
   // group equal a broadcast of `previous` reuses that helper index when it is free on the whole
   // group at its turn of the coloring (Broadcast::resident = true: moves no bytes). Null: none.
   const Plan* previous = nullptr;
-  // iser only: level the kept placement along chains of hosts (plan_iser; the GPU planner always
-  // does). Off only to measure what the chains add (tests, ablations).
+  // iser only: level the kept placement along chains of hosts and give its busiest rank top-up
+  // exports (plan_iser; the GPU planner always does). Off only to measure what they add (tests,
+  // ablations).
   bool iser_chains = true;
 };
 

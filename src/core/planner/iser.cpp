@@ -366,8 +366,15 @@ void plan_iser(const Topology& topo, const CountMatrix& counts, const HaloQOptio
   // The kept placement only: its quotas move along chains of hosts (level_chains), where one
   // hop stalls, while its max load is above the ladder's finest level (below it, the few routes
   // left to gain cost the GPU planner chain steps on most real inputs: docs/design.md §5).
+  // Then, still above that level, a busiest rank that exports too little gets one more broadcast
+  // of a home expert into leftover helper slots (top_up_exports), and the chains run again.
   if (options.iser_chains) {
-    level_chains(topo, reachable + reachable / kIserSlackDivisorFinest, ws, plan);
+    const int32_t stop_at = reachable + reachable / kIserSlackDivisorFinest;
+    level_chains(topo, stop_at, ws, plan);
+    const size_t num_placed = plan.broadcasts.size();
+    team_water_levels(topo, plan.target, 0, ws.home_loads, ws);
+    top_up_exports(topo, stop_at, ws, plan);
+    if (plan.broadcasts.size() > num_placed) level_chains(topo, stop_at, ws, plan);
   }
   // The owner serves its quota from its home slot: with an expert in two groups the owner may
   // be a member of one, and the home slot needs no READY wait.
