@@ -124,9 +124,10 @@ Plan plan_halo_q(const Topology& topo, const CountMatrix& counts, const HaloQOpt
 // owner's heaviest remaining share first, the finest level absorbing >= 7/8 of the best
 // absorbable amount, an expert exported again to a disjoint group when still heavy, <= S
 // broadcasts per owner. Uses owner_home semantics (Plan::owner_uses_home_slot = true);
-// options.absorb / owner_in_group are ignored; min_move and previous apply as in HALO-Q.
+// options.absorb / owner_in_group are ignored; min_move and previous apply as in HALO-Q. With
+// slack_divisor d > 0 the water level is T + T/d (plan_iser's slack ladder), else T.
 void place_iser(const Topology& topo, const CountMatrix& counts, const HaloQOptions& options,
-                PlannerWorkspace& ws, Plan& plan);
+                PlannerWorkspace& ws, Plan& plan, int32_t slack_divisor = 0);
 // plan_iser's slack ladder: candidate water levels T + T/d for d = finest, finest/2, ...,
 // coarsest (the GPU planner walks the same ladder).
 inline constexpr int kIserSlackDivisorFinest = 256;

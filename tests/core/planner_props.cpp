@@ -211,5 +211,54 @@ RC_GTEST_PROP(PlannerProps, ChainsKeepRoutesAndNeverRaiseTheMax, ()) {
   }
 }
 
+// iser's top-up exports (src/core/planner/iser_top_up.cpp) after a slack placement: the
+// placed broadcasts stay, the new ones export an expert without a broadcast from outside its
+// group, and the plan keeps S per owner and per member, routes and a max that never rises.
+RC_GTEST_PROP(PlannerProps, TopUpKeepsSlotsAndRoutesAndNeverRaisesTheMax, ()) {
+  const Case c = *gen_case();
+  const int P = c.topo.num_ranks;
+  const int S = c.topo.num_slots;
+  PlannerWorkspace ws;
+  Plan plan;
+  prepare_loads(c.topo, c.counts, ws, plan);
+  const std::vector<int32_t> home_loads = plan.loads;
+  // At a slack water level (T + T/32, plan_iser's coarsest) the ranks between T and it export
+  // nothing: what top-up is for.
+  place_iser(c.topo, c.counts, HaloQOptions{}, ws, plan, kIserSlackDivisorCoarsest);
+  const Plan before = plan;
+  team_water_levels(c.topo, plan.target, 0, home_loads, ws);
+  top_up_exports(c.topo, 0, ws, plan);
+  RC_CLASSIFY(plan.broadcasts.size() > before.broadcasts.size(), "top-up exported");
+  RC_ASSERT(std::accumulate(plan.loads.begin(), plan.loads.end(), int64_t{0}) ==
+            std::accumulate(before.loads.begin(), before.loads.end(), int64_t{0}));
+  RC_ASSERT(*std::max_element(plan.loads.begin(), plan.loads.end()) <=
+            *std::max_element(before.loads.begin(), before.loads.end()));
+  RC_ASSERT(plan.broadcasts.size() >= before.broadcasts.size());
+  std::vector<int> sent(P, 0);
+  std::vector<int> received(P, 0);
+  std::vector<int> exported(c.topo.num_experts, 0);
+  for (size_t i = 0; i < plan.broadcasts.size(); ++i) {
+    const Broadcast& x = plan.broadcasts[i];
+    ++sent[x.owner];
+    for (int m = x.group_begin; m < x.group_begin + x.group_size; ++m) ++received[m];
+    if (i < before.broadcasts.size()) {
+      RC_ASSERT(x == before.broadcasts[i]);
+      ++exported[x.expert];
+      continue;
+    }
+    RC_ASSERT(exported[x.expert]++ == 0);
+    RC_ASSERT(!x.in_group(x.owner));
+    RC_ASSERT(c.topo.owner_of(x.expert) == x.owner);
+    int64_t sum = 0;
+    for (int r = 0; r < P; ++r) {
+      RC_ASSERT(x.quota[r] >= 0);
+      if (r != x.owner && !x.in_group(r)) RC_ASSERT(x.quota[r] == 0);
+      sum += x.quota[r];
+    }
+    RC_ASSERT(sum == ws.hist[x.expert]);
+  }
+  for (int r = 0; r < P; ++r) RC_ASSERT(sent[r] <= S && received[r] <= S);
+}
+
 }  // namespace
 }  // namespace iser

@@ -269,5 +269,59 @@ TEST(IserChains, RoutesMoveBetweenTheGroupsOfOneExpert) {
   EXPECT_EQ(plan.broadcasts[1].quota, (std::vector<int32_t>{5, 0, 0, 0, 5, 5, 0, 0}));
 }
 
+// iser's top-up exports (src/core/planner/iser_top_up.cpp), worked by hand. P = 4, E = 8 (rank r
+// holds experts 2r, 2r + 1), groups of 2 (g_min = 2), no broadcast yet. hist {10, 10, 9, 8, 6, 5,
+// 4, 4}: L {20, 17, 11, 8}, T = W = 14.
+//  1. h = 0, e = 0 (10; ties with expert 1: the lower id), give = min(20 − 14, 10) = 6. Groups
+//     without rank 0: [2, 4) (room 3 + 6). Rank 3 (8) takes 6: quotas {4, 0, 0, 6}, L {14, 17,
+//     11, 14}.
+//  2. h = 1, e = 2, give = 3; [2, 4) has room 3 + 0: rank 2 takes 3. L {14, 14, 14, 14}.
+//  3. h = 0 (14 = W): give 0, no group absorbs anything, stop.
+// With S = 1, step 2 finds [2, 4) full (both members received a slot in step 1) and stops.
+Plan top_up_plan(int S, PlannerWorkspace& ws) {
+  Plan plan;
+  plan.num_ranks = 4;
+  plan.num_experts = 8;
+  plan.num_slots = S;
+  plan.target = 14;
+  plan.loads = {20, 17, 11, 8};
+  ws.hist = {10, 10, 9, 8, 6, 5, 4, 4};
+  ws.team_water = {14};
+  return plan;
+}
+
+TEST(IserTopUp, BusiestRanksExportIntoLeftoverSlots) {
+  const Topology topo = Topology::make(4, 8, 2, 2);
+  PlannerWorkspace ws;
+  Plan plan = top_up_plan(2, ws);
+  top_up_exports(topo, 0, ws, plan);
+  EXPECT_EQ(plan.loads, (std::vector<int32_t>{14, 14, 14, 14}));
+  ASSERT_EQ(plan.broadcasts.size(), 2u);
+  EXPECT_EQ(plan.broadcasts[0].expert, 0);
+  EXPECT_EQ(plan.broadcasts[0].owner, 0);
+  EXPECT_EQ(plan.broadcasts[0].group_begin, 2);
+  EXPECT_EQ(plan.broadcasts[0].group_size, 2);
+  EXPECT_EQ(plan.broadcasts[0].quota, (std::vector<int32_t>{4, 0, 0, 6}));
+  EXPECT_EQ(plan.broadcasts[1].expert, 2);
+  EXPECT_EQ(plan.broadcasts[1].owner, 1);
+  EXPECT_EQ(plan.broadcasts[1].quota, (std::vector<int32_t>{0, 6, 3, 0}));
+}
+
+TEST(IserTopUp, StopsAtTheStopLevelAndWithoutFreeSlots) {
+  const Topology topo = Topology::make(4, 8, 2, 2);
+  PlannerWorkspace ws;
+  Plan plan = top_up_plan(2, ws);
+  top_up_exports(topo, 17, ws, plan);  // after step 1 the max (17) is not above 17
+  EXPECT_EQ(plan.loads, (std::vector<int32_t>{14, 17, 11, 14}));
+  EXPECT_EQ(plan.broadcasts.size(), 1u);
+
+  const Topology one_slot = Topology::make(4, 8, 1, 2);
+  PlannerWorkspace ws1;
+  Plan plan1 = top_up_plan(1, ws1);
+  top_up_exports(one_slot, 0, ws1, plan1);
+  EXPECT_EQ(plan1.loads, (std::vector<int32_t>{14, 17, 11, 14}));
+  EXPECT_EQ(plan1.broadcasts.size(), 1u);
+}
+
 }  // namespace
 }  // namespace iser

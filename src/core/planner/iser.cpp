@@ -229,9 +229,9 @@ void place_room_aware(const Topology& topo, const HaloQOptions& options, int32_t
 }  // namespace
 
 void place_iser(const Topology& topo, const CountMatrix& counts, const HaloQOptions& options,
-                PlannerWorkspace& ws, Plan& plan) {
+                PlannerWorkspace& ws, Plan& plan, int32_t slack_divisor) {
   prepare_loads(topo, counts, ws, plan);
-  place_room_aware(topo, options, 0, ws, plan);
+  place_room_aware(topo, options, slack_divisor, ws, plan);
 }
 
 namespace {
