@@ -53,12 +53,13 @@ TEST(GpuPlanRewriteIser, MatchesCpuOnRandomSkewedTokens) {
   ISER_REQUIRE_GPUS(1);
   g_iser_repeats = 0;
   g_iser_chains = 0;
+  g_iser_top_ups = 0;
   const int checked = check_random_inputs(iser_variant, fused_mode());
   if (HasFailure()) return;
   std::printf(
       "fused GPU iser == CPU plan_iser + rewrite_tokens on %d random inputs (plans and slot ids; "
-      "%d repeat an expert, %d level along chains)\n",
-      checked, g_iser_repeats.load(), g_iser_chains.load());
+      "%d repeat an expert, %d level along chains, %d topped up)\n",
+      checked, g_iser_repeats.load(), g_iser_chains.load(), g_iser_top_ups.load());
   if (test_scale() >= 1.0) {
     EXPECT_GE(checked, 100000);
     EXPECT_GT(g_iser_repeats.load(), 0);

@@ -137,13 +137,14 @@ TEST(GpuPlannerIser, MatchesCpuOnRandomSkewedTokens) {
   ISER_REQUIRE_GPUS(1);
   g_iser_repeats = 0;
   g_iser_chains = 0;
+  g_iser_top_ups = 0;
   const int checked = check_random_inputs(iser_variant);
   if (HasFailure()) return;
   RecordProperty("inputs", checked);
   std::printf(
       "GPU iser == CPU plan_iser + rewrite_tokens on %d random inputs (plans and slot ids; %d "
-      "repeat an expert, %d level along chains)\n",
-      checked, g_iser_repeats.load(), g_iser_chains.load());
+      "repeat an expert, %d level along chains, %d topped up)\n",
+      checked, g_iser_repeats.load(), g_iser_chains.load(), g_iser_top_ups.load());
   if (test_scale() >= 1.0) {
     EXPECT_GE(checked, 100000);
   }
@@ -205,6 +206,9 @@ void check_power_law(const GpuPlannerOptions& options, int num_experts, int slot
       if (options.iser && chains_moved(topo, inputs[i], cpu_options(options), cpu)) {
         ++g_iser_chains;
       }
+      if (options.iser && topped_up(topo, inputs[i], cpu_options(options), cpu)) {
+        ++g_iser_top_ups;
+      }
     }
   }
 }
@@ -218,6 +222,7 @@ TEST(GpuPlannerIser, MatchesCpuOnPowerLawCounts) {
   ISER_REQUIRE_GPUS(1);
   g_iser_repeats = 0;
   g_iser_chains = 0;
+  g_iser_top_ups = 0;
   // S = 2 with E = 256 is the EP64 heavy-skew setting of docs/evaluation.md; S = 4, E = 384 the
   // default topology.
   for (const auto& [slots, experts] : {std::pair{2, 256}, std::pair{4, 384}}) {
@@ -226,13 +231,14 @@ TEST(GpuPlannerIser, MatchesCpuOnPowerLawCounts) {
   }
   std::printf(
       "GPU iser == CPU plan_iser on power-law counts (%d plans repeat an expert, %d level along "
-      "chains)\n",
-      g_iser_repeats.load(), g_iser_chains.load());
-  // The heavy-skew inputs must reach iser's repeated exports and its chain leveling, or this
-  // test misses those paths.
+      "chains, %d topped up)\n",
+      g_iser_repeats.load(), g_iser_chains.load(), g_iser_top_ups.load());
+  // The heavy-skew inputs must reach iser's repeated exports, its chain leveling and its top-up
+  // exports (23 of the S = 2 plans at EP16-64 on the CPU), or this test misses those paths.
   if (test_scale() >= 1.0) {
     EXPECT_GT(g_iser_repeats.load(), 0);
     EXPECT_GT(g_iser_chains.load(), 0);
+    EXPECT_GT(g_iser_top_ups.load(), 0);
   }
 }
 
