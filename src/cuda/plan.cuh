@@ -549,7 +549,7 @@ __device__ __forceinline__ void plan_cta(const PlanParams& p, const PlanSmem& la
       for (int r = lane; r < st.P; r += 32) max_load = max(max_load, st.load[r]);
       if (__reduce_max_sync(PlanConfig::kFullMask, max_load) > stop_at) {
         level_chains(st, placed, stop_at, lane);
-        const int topped = top_up_exports(st, placed, T, stop_at, lane);
+        const int topped = top_up_exports(st, placed, T, stop_at, p.min_move, lane);
         if (topped > placed) {
           level_chains(st, topped, stop_at, lane);
           if (lane == 0) st.scalars[kNumBroadcastsWord] = topped;  // every lane read it above

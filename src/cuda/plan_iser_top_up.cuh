@@ -104,7 +104,7 @@ __device__ __forceinline__ int top_up_fill(const State& st, int* recv, int begin
 // Warp 0 of the CTA, every lane; called only when the max load was above stop_at before the
 // chains. Returns the new number of broadcasts. Out of line, State by value (as level_chains).
 inline __device__ __noinline__ int top_up_exports(const State st, int num_broadcasts, int T,
-                                                  int stop_at, int lane) {
+                                                  int stop_at, int min_move, int lane) {
   int* recv = st.load + st.buffer_words;
 #pragma unroll 1
   for (int r = lane; r < st.P; r += 32) {
@@ -155,6 +155,7 @@ inline __device__ __noinline__ int top_up_exports(const State st, int num_broadc
     int absorbed = 0;
     const int group = top_up_group(st, recv, h, water, give, lane, absorbed);
     if (absorbed <= 0) break;
+    if (absorbed < min_move) break;  // min_move: no previous plan here, so never resident
     const int level = group >> 16;
     const int begin = group & 0xffff;
     const int size = st.P >> level;

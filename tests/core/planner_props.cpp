@@ -227,7 +227,7 @@ RC_GTEST_PROP(PlannerProps, TopUpKeepsSlotsAndRoutesAndNeverRaisesTheMax, ()) {
   place_iser(c.topo, c.counts, HaloQOptions{}, ws, plan, kIserSlackDivisorCoarsest);
   const Plan before = plan;
   team_water_levels(c.topo, plan.target, 0, home_loads, ws);
-  top_up_exports(c.topo, 0, ws, plan);
+  top_up_exports(c.topo, HaloQOptions{}, 0, ws, plan);
   RC_CLASSIFY(plan.broadcasts.size() > before.broadcasts.size(), "top-up exported");
   RC_ASSERT(std::accumulate(plan.loads.begin(), plan.loads.end(), int64_t{0}) ==
             std::accumulate(before.loads.begin(), before.loads.end(), int64_t{0}));

@@ -294,7 +294,7 @@ TEST(IserTopUp, BusiestRanksExportIntoLeftoverSlots) {
   const Topology topo = Topology::make(4, 8, 2, 2);
   PlannerWorkspace ws;
   Plan plan = top_up_plan(2, ws);
-  top_up_exports(topo, 0, ws, plan);
+  top_up_exports(topo, HaloQOptions{}, 0, ws, plan);
   EXPECT_EQ(plan.loads, (std::vector<int32_t>{14, 14, 14, 14}));
   ASSERT_EQ(plan.broadcasts.size(), 2u);
   EXPECT_EQ(plan.broadcasts[0].expert, 0);
@@ -311,16 +311,40 @@ TEST(IserTopUp, StopsAtTheStopLevelAndWithoutFreeSlots) {
   const Topology topo = Topology::make(4, 8, 2, 2);
   PlannerWorkspace ws;
   Plan plan = top_up_plan(2, ws);
-  top_up_exports(topo, 17, ws, plan);  // after step 1 the max (17) is not above 17
+  top_up_exports(topo, HaloQOptions{}, 17, ws, plan);  // after step 1 the max (17) is not above 17
   EXPECT_EQ(plan.loads, (std::vector<int32_t>{14, 17, 11, 14}));
   EXPECT_EQ(plan.broadcasts.size(), 1u);
 
   const Topology one_slot = Topology::make(4, 8, 1, 2);
   PlannerWorkspace ws1;
   Plan plan1 = top_up_plan(1, ws1);
-  top_up_exports(one_slot, 0, ws1, plan1);
+  top_up_exports(one_slot, HaloQOptions{}, 0, ws1, plan1);
   EXPECT_EQ(plan1.loads, (std::vector<int32_t>{14, 17, 11, 14}));
   EXPECT_EQ(plan1.broadcasts.size(), 1u);
+}
+
+// min_move = 7: step 1 would move 6 routes, so nothing is exported, unless the broadcast would be
+// resident (the previous plan holds expert 0 on the same group): then steps 1 and 2 run as above
+// (step 2, 3 routes, is not resident and stops).
+TEST(IserTopUp, MinMoveSkipsSmallExportsUnlessResident) {
+  const Topology topo = Topology::make(4, 8, 2, 2);
+  HaloQOptions options;
+  options.min_move = 7;
+  PlannerWorkspace ws;
+  Plan plan = top_up_plan(2, ws);
+  top_up_exports(topo, options, 0, ws, plan);
+  EXPECT_TRUE(plan.broadcasts.empty());
+  EXPECT_EQ(plan.loads, (std::vector<int32_t>{20, 17, 11, 8}));
+
+  Plan previous = top_up_plan(2, ws);
+  previous.broadcasts.push_back(group_broadcast(0, 0, 1, 2, 2, {4, 0, 0, 6}));
+  options.previous = &previous;
+  PlannerWorkspace ws2;
+  Plan resident = top_up_plan(2, ws2);
+  top_up_exports(topo, options, 0, ws2, resident);
+  ASSERT_EQ(resident.broadcasts.size(), 1u);
+  EXPECT_EQ(resident.broadcasts[0].quota, (std::vector<int32_t>{4, 0, 0, 6}));
+  EXPECT_EQ(resident.loads, (std::vector<int32_t>{14, 17, 11, 14}));
 }
 
 }  // namespace

@@ -373,7 +373,7 @@ void plan_iser(const Topology& topo, const CountMatrix& counts, const HaloQOptio
     level_chains(topo, stop_at, ws, plan);
     const size_t num_placed = plan.broadcasts.size();
     team_water_levels(topo, plan.target, 0, ws.home_loads, ws);
-    top_up_exports(topo, stop_at, ws, plan);
+    top_up_exports(topo, options, stop_at, ws, plan);
     if (plan.broadcasts.size() > num_placed) level_chains(topo, stop_at, ws, plan);
   }
   // The owner serves its quota from its home slot: with an expert in two groups the owner may

@@ -20,14 +20,17 @@ namespace iser {
 //     hist[e]). Among the aligned groups of h's team that do not contain h and whose members all
 //     have a free helper slot (recv_used < S, every member of every group counted, as the
 //     placement counts), the one absorbing the most, min(Σ max(0, W − L[m]), give) (ties: the
-//     finer level, then the lower first rank); stop when none absorbs anything.
+//     finer level, then the lower first rank); stop when none absorbs anything, or when it
+//     absorbs fewer than options.min_move routes and the broadcast would not be resident (the
+//     placement's rule, matches_previous; the GPU planner has no previous plan).
 //  4. Its members take routes coldest first up to W (fill_quotas_coldest_first); h keeps
 //     hist[e] − moved in the new broadcast, which is appended to the plan.
 // NOTE: every member ends at or below W < L[h] and h drops by moved > 0, so the max load never
 // rises; e had no broadcast, so its groups stay disjoint; owner payloads stay <= S and every
 // member keeps at most S received slots, so the coloring still succeeds. At most P · S steps
 // (each adds a broadcast owned by h, and h owns at most S).
-void top_up_exports(const Topology& topo, int32_t stop_at, PlannerWorkspace& ws, Plan& plan) {
+void top_up_exports(const Topology& topo, const HaloQOptions& options, int32_t stop_at,
+                    PlannerWorkspace& ws, Plan& plan) {
   const int P = topo.num_ranks;
   const int H = topo.experts_per_rank();
   const int S = topo.num_slots;
@@ -82,6 +85,10 @@ void top_up_exports(const Topology& topo, int32_t stop_at, PlannerWorkspace& ws,
       }
     }
     if (best_level < 0) return;
+    if (best_absorbed < options.min_move &&
+        !matches_previous(options, e, best_level, best_begin, topo.group_size(best_level))) {
+      return;
+    }
     plan.broadcasts.emplace_back();
     Broadcast& b = plan.broadcasts.back();
     const int32_t moved =

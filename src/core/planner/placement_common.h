@@ -59,8 +59,10 @@ void level_chains(const Topology& topo, int32_t stop_at, PlannerWorkspace& ws, P
 // iser's top-up exports of the kept placement (iser_top_up.cpp): while the busiest rank h is
 // above stop_at and owns fewer than S broadcasts, its hottest home expert without a broadcast
 // goes to the aligned group of its team (h outside, every member with a free helper slot) that
-// absorbs the most up to the team's water level ws.team_water (slack 0); the max load never
-// rises. Uses ws.order, recv_used, send_used and members as scratch.
-void top_up_exports(const Topology& topo, int32_t stop_at, PlannerWorkspace& ws, Plan& plan);
+// absorbs the most up to the team's water level ws.team_water (slack 0), unless it moves fewer
+// than options.min_move routes and would not be resident; the max load never rises. Uses
+// ws.order, recv_used, send_used and members as scratch.
+void top_up_exports(const Topology& topo, const HaloQOptions& options, int32_t stop_at,
+                    PlannerWorkspace& ws, Plan& plan);
 
 }  // namespace iser
