@@ -278,23 +278,29 @@ TEST(IserChains, RoutesMoveBetweenTheGroupsOfOneExpert) {
 //  2. h = 1, e = 2, give = 3; [2, 4) has room 3 + 0: rank 2 takes 3. L {14, 14, 14, 14}.
 //  3. h = 0 (14 = W): give 0, no group absorbs anything, stop.
 // With S = 1, step 2 finds [2, 4) full (both members received a slot in step 1) and stops.
-Plan top_up_plan(int S, PlannerWorkspace& ws) {
+Plan top_up_plan(int S) {
   Plan plan;
   plan.num_ranks = 4;
   plan.num_experts = 8;
   plan.num_slots = S;
   plan.target = 14;
   plan.loads = {20, 17, 11, 8};
+  return plan;
+}
+
+// The case above with S slots, topped up with the stop level and options given.
+Plan topped_up(int S, int32_t stop_at, const HaloQOptions& options = {}) {
+  const Topology topo = Topology::make(4, 8, S, 2);
+  PlannerWorkspace ws;
   ws.hist = {10, 10, 9, 8, 6, 5, 4, 4};
   ws.team_water = {14};
+  Plan plan = top_up_plan(S);
+  top_up_exports(topo, options, stop_at, ws, plan);
   return plan;
 }
 
 TEST(IserTopUp, BusiestRanksExportIntoLeftoverSlots) {
-  const Topology topo = Topology::make(4, 8, 2, 2);
-  PlannerWorkspace ws;
-  Plan plan = top_up_plan(2, ws);
-  top_up_exports(topo, HaloQOptions{}, 0, ws, plan);
+  const Plan plan = topped_up(2, 0);
   EXPECT_EQ(plan.loads, (std::vector<int32_t>{14, 14, 14, 14}));
   ASSERT_EQ(plan.broadcasts.size(), 2u);
   EXPECT_EQ(plan.broadcasts[0].expert, 0);
@@ -308,40 +314,29 @@ TEST(IserTopUp, BusiestRanksExportIntoLeftoverSlots) {
 }
 
 TEST(IserTopUp, StopsAtTheStopLevelAndWithoutFreeSlots) {
-  const Topology topo = Topology::make(4, 8, 2, 2);
-  PlannerWorkspace ws;
-  Plan plan = top_up_plan(2, ws);
-  top_up_exports(topo, HaloQOptions{}, 17, ws, plan);  // after step 1 the max (17) is not above 17
+  const Plan plan = topped_up(2, 17);  // after step 1 the max (17) is not above 17
   EXPECT_EQ(plan.loads, (std::vector<int32_t>{14, 17, 11, 14}));
   EXPECT_EQ(plan.broadcasts.size(), 1u);
 
-  const Topology one_slot = Topology::make(4, 8, 1, 2);
-  PlannerWorkspace ws1;
-  Plan plan1 = top_up_plan(1, ws1);
-  top_up_exports(one_slot, HaloQOptions{}, 0, ws1, plan1);
-  EXPECT_EQ(plan1.loads, (std::vector<int32_t>{14, 17, 11, 14}));
-  EXPECT_EQ(plan1.broadcasts.size(), 1u);
+  const Plan one_slot = topped_up(1, 0);
+  EXPECT_EQ(one_slot.loads, (std::vector<int32_t>{14, 17, 11, 14}));
+  EXPECT_EQ(one_slot.broadcasts.size(), 1u);
 }
 
 // min_move = 7: step 1 would move 6 routes, so nothing is exported, unless the broadcast would be
 // resident (the previous plan holds expert 0 on the same group): then steps 1 and 2 run as above
 // (step 2, 3 routes, is not resident and stops).
 TEST(IserTopUp, MinMoveSkipsSmallExportsUnlessResident) {
-  const Topology topo = Topology::make(4, 8, 2, 2);
   HaloQOptions options;
   options.min_move = 7;
-  PlannerWorkspace ws;
-  Plan plan = top_up_plan(2, ws);
-  top_up_exports(topo, options, 0, ws, plan);
+  const Plan plan = topped_up(2, 0, options);
   EXPECT_TRUE(plan.broadcasts.empty());
   EXPECT_EQ(plan.loads, (std::vector<int32_t>{20, 17, 11, 8}));
 
-  Plan previous = top_up_plan(2, ws);
+  Plan previous = top_up_plan(2);
   previous.broadcasts.push_back(group_broadcast(0, 0, 1, 2, 2, {4, 0, 0, 6}));
   options.previous = &previous;
-  PlannerWorkspace ws2;
-  Plan resident = top_up_plan(2, ws2);
-  top_up_exports(topo, options, 0, ws2, resident);
+  const Plan resident = topped_up(2, 0, options);
   ASSERT_EQ(resident.broadcasts.size(), 1u);
   EXPECT_EQ(resident.broadcasts[0].quota, (std::vector<int32_t>{4, 0, 0, 6}));
   EXPECT_EQ(resident.loads, (std::vector<int32_t>{14, 17, 11, 14}));

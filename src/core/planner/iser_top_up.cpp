@@ -65,9 +65,9 @@ void top_up_exports(const Topology& topo, const HaloQOptions& options, int32_t s
     int best_level = -1;
     int best_begin = 0;
     int32_t best_absorbed = 0;
+    const int team_begin = topo.team_of(h) * topo.team_size();
     for (int level = topo.num_levels() - 1; level >= 0; --level) {
       const int size = topo.group_size(level);
-      const int team_begin = topo.team_of(h) * topo.team_size();
       for (int begin = team_begin; begin < team_begin + topo.team_size(); begin += size) {
         if (h >= begin && h < begin + size) continue;
         bool eligible = true;
