@@ -520,6 +520,8 @@ __device__ __forceinline__ void plan_cta(const PlanParams& p, const PlanSmem& la
     __syncthreads();
     if (run && warp < kIserParallelBlocks) place_candidate(st, p, T, warp, lane);
     __syncthreads();
+    if (run && warp >= 2 && warp < kIserParallelBlocks) level_ladder_candidate(st, T, warp, lane);
+    __syncthreads();
     const int num_broadcasts = run ? keep_best_candidate(st, T, tid) : 0;
     if (tid == 0) st.scalars[kNumBroadcastsWord] = num_broadcasts;
   } else if (warp == 0) {

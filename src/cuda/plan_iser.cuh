@@ -9,10 +9,13 @@
 // Every candidate starts from the home loads and reads only its own block of the shared arrays
 // (PlanSmem::buffer_words apart) besides hist, home loads and HALO-Q's candidates, so the
 // candidates are independent of each other and of which ones the CPU runs:
-// - parallel (PlanParams::iser_blocks == kIserParallelBlocks): candidate k on warp k in block k,
-//   all at once; then the CPU's sequence of comparisons over their costs (a candidate the CPU
-//   would not run is never compared), and the winner copied into block 0, where the later stages
-//   read the plan;
+// - parallel (PlanParams::iser_blocks == kIserParallelBlocks): candidate k on warp k in block k.
+//   Step 1 places all six at once and levels the first two; step 2 levels only the ladder
+//   candidates the CPU can run (water level below the better of the first two: a ladder
+//   candidate's leveling often takes all kIserLevelSteps · P steps, and on most real inputs the
+//   CPU runs none of them); then the CPU's sequence of comparisons over their costs (a candidate
+//   the CPU would not run is never compared), and the winner copied into block 0, where the later
+//   stages read the plan;
 // - sequential (2 blocks, where the shared memory holds no more): warp 0 plans them one after
 //   the other, the kept one in block 0 and the challenger in block 1, copied over when it wins.
 //
@@ -193,9 +196,9 @@ struct IserCandidates {
 };
 static __shared__ IserCandidates iser_candidates;
 
-// The parallel form, step 1 (warp k < kIserParallelBlocks, every lane): candidate k in block k,
-// its cost and size to iser_candidates. Out of line, State and PlanParams by value (as
-// place_iser_sequential).
+// The parallel form, step 1 (warp k < kIserParallelBlocks, every lane): candidate k placed in
+// block k, its size to iser_candidates; the first two (k < 2) also leveled, their costs to
+// iser_candidates. Out of line, State and PlanParams by value (as place_iser_sequential).
 inline __device__ __noinline__ void place_candidate(const State st, const PlanParams p, int T,
                                                     int warp, int lane) {
   State mine = st;
@@ -203,15 +206,36 @@ inline __device__ __noinline__ void place_candidate(const State st, const PlanPa
   const bool room_aware = warp != 1;
   start_candidate(mine, room_aware, lane);
   const int n = place(mine, p, T, candidate_water(warp, T), room_aware, lane);
-  level_quotas(mine, n, lane);
-  const unsigned long long cost = candidate_cost(mine, n, lane);
-  if (lane == 0) {
-    iser_candidates.cost[warp] = cost;
-    iser_candidates.num[warp] = n;
+  if (warp < 2) {
+    level_quotas(mine, n, lane);
+    const unsigned long long cost = candidate_cost(mine, n, lane);
+    if (lane == 0) iser_candidates.cost[warp] = cost;
   }
+  if (lane == 0) iser_candidates.num[warp] = n;
 }
 
-// Step 2, by every thread of the CTA after a block barrier that follows step 1: the CPU's
+// Step 2 (warp k, 2 <= k < kIserParallelBlocks, every lane), after a block barrier that follows
+// step 1: ladder candidate k leveled and its cost stored when the CPU can run it, i.e. when the
+// better of the first two candidates ends above its water level.
+// NOTE: the CPU runs ladder candidate k only while the best so far ends above T + T/d_k, and the
+// best so far is never above the better of the first two: a candidate skipped here is never
+// compared by keep_best_candidate, so its cost (left as the largest key) is never read as one.
+inline __device__ __noinline__ void level_ladder_candidate(const State st, int T, int warp,
+                                                           int lane) {
+  const unsigned long long first = min(iser_candidates.cost[0], iser_candidates.cost[1]);
+  unsigned long long cost = ~0ull;
+  if (static_cast<int>(first >> 32) > candidate_water(warp, T)) {
+    State mine = st;
+    mine.use_buffer(warp);
+    const int n = iser_candidates.num[warp];
+    level_quotas(mine, n, lane);
+    cost = candidate_cost(mine, n, lane);
+  }
+  __syncwarp();  // every lane has read the first two costs (lane 0 writes a slot beside them)
+  if (lane == 0) iser_candidates.cost[warp] = cost;
+}
+
+// Step 3, by every thread of the CTA after a block barrier that follows step 2: the CPU's
 // sequence of comparisons over the candidates' costs (a candidate the CPU would not run is never
 // compared), the winner's block copied into block 0 (a block barrier must follow before its
 // arrays are read). Returns the winner's number of broadcasts.
