@@ -48,6 +48,10 @@ struct HaloQOptions {
   // exports (plan_iser; the GPU planner always does). Off only to measure what they add (tests,
   // ablations).
   bool iser_chains = true;
+  // iser only: when the finished plan still ends above T + T/kIserSlackDivisorFinest, try the
+  // breadth-first candidates (plan_iser; the GPU planner always does). Off only to measure what
+  // they add (tests, ablations).
+  bool iser_breadth_first = true;
 };
 
 // A policy of the HALO-Q family as planner settings: its HaloQOptions (min_move 0, previous

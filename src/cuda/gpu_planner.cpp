@@ -178,7 +178,7 @@ struct GpuPlanner::Impl {
   int max_tiles = 0;
   int plan_smem = 0;
   int rewrite_smem = 0;
-  int iser_blocks = 2;  // PlanParams::iser_blocks
+  int iser_blocks = cuda::kIserSequentialBlocks;  // PlanParams::iser_blocks
   // Routes per row of the last count() (rewrite() must follow a count() of the same shape).
   int counted_routes = -1;
   int counted_rows = 0;
@@ -268,7 +268,9 @@ GpuPlanner::GpuPlanner(const Topology& topo, int max_routes_per_rank,
     if (options.iser) {  // every candidate on its own warp where its block fits (plan_iser.cuh)
       plan_params.iser_blocks = cuda::kIserParallelBlocks;
       // NOTE: 1 KiB below the limit: the kernels' static shared arrays come off it too.
-      if (cuda::plan_smem_bytes(plan_params) > smem_optin - 1024) plan_params.iser_blocks = 2;
+      if (options.iser_sequential || cuda::plan_smem_bytes(plan_params) > smem_optin - 1024) {
+        plan_params.iser_blocks = cuda::kIserSequentialBlocks;
+      }
       d.iser_blocks = plan_params.iser_blocks;
     }
     d.plan_smem = cuda::plan_smem_bytes(plan_params);

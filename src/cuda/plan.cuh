@@ -31,6 +31,7 @@
 
 #include "cuda/plan_iser.cuh"
 #include "cuda/plan_iser_chains.cuh"
+#include "cuda/plan_iser_finish.cuh"
 #include "cuda/plan_iser_top_up.cuh"
 #include "cuda/plan_place.cuh"
 #include "cuda/plan_place_lanes.cuh"
@@ -537,12 +538,12 @@ __device__ __forceinline__ void plan_cta(const PlanParams& p, const PlanSmem& la
   }
   __syncthreads();
   if constexpr (kIser) {
-    // The kept placement only, leveled along chains of hosts (plan_iser_chains.cuh), then its
-    // top-up exports (plan_iser_top_up.cuh) and, when they added a broadcast, the chains again
-    // (docs/design.md §5). The first test (max load <= stop_at) is made here, inline: most real
-    // inputs end at or below it, and the calls would cost their set-up and instruction fetches;
-    // below it neither step changes the plan. NOTE: the status word is CTA-uniform here (read
-    // after the barrier above); only warp 0 reads the broadcast count before the barrier below.
+    // The kept placement's finish (chains, top-up exports, chains again) and, where it still
+    // ends above stop_at, the breadth-first candidates (plan_iser_finish.cuh; docs/design.md §5).
+    // The first test (max load <= stop_at) is made here, inline: most real inputs end at or
+    // below it, and the call would cost its set-up and instruction fetches; below it nothing
+    // changes the plan. NOTE: the status word is CTA-uniform here (read after the barrier above);
+    // only warp 0 reads the broadcast count before the barrier below.
     if (warp == 0 && st.scalars[kStatusWord] == 0) {
       const int stop_at = T + T / kIserSlackDivisorFinest;
       const int placed = st.scalars[kNumBroadcastsWord];
@@ -550,12 +551,8 @@ __device__ __forceinline__ void plan_cta(const PlanParams& p, const PlanSmem& la
 #pragma unroll 1
       for (int r = lane; r < st.P; r += 32) max_load = max(max_load, st.load[r]);
       if (__reduce_max_sync(PlanConfig::kFullMask, max_load) > stop_at) {
-        level_chains(st, placed, stop_at, lane);
-        const int topped = top_up_exports(st, placed, T, stop_at, p.min_move, lane);
-        if (topped > placed) {
-          level_chains(st, topped, stop_at, lane);
-          if (lane == 0) st.scalars[kNumBroadcastsWord] = topped;  // every lane read it above
-        }
+        const int kept = finish_iser(st, p, T, placed, lane);
+        if (lane == 0) st.scalars[kNumBroadcastsWord] = kept;  // every lane read it above
       }
     }
     __syncthreads();

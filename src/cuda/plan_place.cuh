@@ -479,6 +479,35 @@ __device__ __forceinline__ void mark_spent(const State& st, int expert, int lane
   __syncwarp();
 }
 
+// A placement pass's owner as a key (0: none), the same in every lane: the non-frozen rank with
+// the largest L above the water, ties to the lowest rank; L < 2^25, so (L << 7 | 127 - r) fits
+// 32 bits. Breadth-first (room-aware only): among the ranks with the fewest broadcasts sent so
+// far, found by a first reduction (the key has no room for the count).
+template <int K>
+__device__ __forceinline__ unsigned owner_key(const RankState<K>& rs, int S, int C, int water,
+                                              bool room_aware, bool breadth_first, int lane) {
+  int fewest = 0;
+  if (breadth_first) {
+    int mine = S;
+#pragma unroll
+    for (int k = 0; k < K; ++k) {
+      const bool alive = !rs.frozen[k] && rs.sent[k] < S;
+      if (alive && rs.load[k] > water) mine = min(mine, rs.sent[k]);
+    }
+    fewest = __reduce_min_sync(PlanConfig::kFullMask, mine);
+  }
+  unsigned key = 0;
+#pragma unroll
+  for (int k = 0; k < K; ++k) {
+    const int l = rs.load[k];
+    const unsigned r = static_cast<unsigned>(32 * k + lane);
+    const bool alive = !rs.frozen[k] && rs.sent[k] < S && (room_aware || rs.cursor[k] < C) &&
+                       (!breadth_first || rs.sent[k] == fewest);
+    if (alive && l > water) key = max(key, (static_cast<unsigned>(l) << 7) | (127u - r));
+  }
+  return __reduce_max_sync(PlanConfig::kFullMask, key);
+}
+
 // Placement on warp 0; returns the number of broadcasts and leaves the final loads in st.load.
 // HALO-Q (room_aware = false, water = T): candidates fixed up front, a failed attempt freezes the
 // owner. Room-aware (water = W >= T): the home expert with the largest share left, a failed
@@ -495,7 +524,7 @@ __device__ __forceinline__ void mark_spent(const State& st, int expert, int lane
 // commits a broadcast), so the plan is the same with fewer passes.
 template <int K>
 __device__ __forceinline__ int place_ranks(const State& st, const PlanParams& p, int T, int water,
-                                           bool room_aware, int lane) {
+                                           bool room_aware, int lane, bool breadth_first = false) {
   const int P = st.P;
   const int S = st.S;
   const int C = st.C;
@@ -518,17 +547,7 @@ __device__ __forceinline__ int place_ranks(const State& st, const PlanParams& p,
 #pragma unroll
       for (int k = 0; k < K; ++k) rs.mass[k] = rs.cand[k] >= 0 ? st.hist[rs.cand[k]] : 0;
     }
-    // Owner: the non-frozen rank with the largest L above the water, ties to the lowest rank.
-    // L < 2^25, so (L << 7 | 127 - r) fits 32 bits.
-    unsigned key = 0;
-#pragma unroll
-    for (int k = 0; k < K; ++k) {
-      const int l = rs.load[k];
-      const unsigned r = static_cast<unsigned>(32 * k + lane);
-      const bool alive = !rs.frozen[k] && rs.sent[k] < S && (room_aware || rs.cursor[k] < C);
-      if (alive && l > water) key = max(key, (static_cast<unsigned>(l) << 7) | (127u - r));
-    }
-    key = __reduce_max_sync(PlanConfig::kFullMask, key);
+    const unsigned key = owner_key<K>(rs, S, C, water, room_aware, breadth_first, lane);
     // The group sums (and HALO-Q's rooms per lane group) between the reduction and its first
     // use: the scan's shuffles run while the reduction is in flight.
     GroupSums<K> sums;
@@ -649,16 +668,18 @@ __device__ __forceinline__ int place_ranks(const State& st, const PlanParams& p,
 // registers (by reference they would live in local memory, reloaded after every shared store).
 template <int K>
 __device__ __noinline__ int place_ranks_out_of_line(const State st, const PlanParams p, int T,
-                                                    int water, bool room_aware, int lane) {
-  return place_ranks<K>(st, p, T, water, room_aware, lane);
+                                                    int water, bool room_aware, int lane,
+                                                    bool breadth_first) {
+  return place_ranks<K>(st, p, T, water, room_aware, lane, breadth_first);
 }
 
-// Placement entry of plan_iser's candidates (warp 0): HALO-Q at T, or room-aware at water W.
+// Placement entry of plan_iser's candidates (warp 0): HALO-Q at T, or room-aware at water W
+// (breadth-first: owners with the fewest broadcasts sent first).
 __device__ __forceinline__ int place(const State& st, const PlanParams& p, int T, int water,
-                                     bool room_aware, int lane) {
-  return st.P <= 32
-             ? place_ranks_out_of_line<1>(st, p, T, water, room_aware, lane)
-             : place_ranks_out_of_line<PlanConfig::kRankChunks>(st, p, T, water, room_aware, lane);
+                                     bool room_aware, int lane, bool breadth_first = false) {
+  return st.P <= 32 ? place_ranks_out_of_line<1>(st, p, T, water, room_aware, lane, breadth_first)
+                    : place_ranks_out_of_line<PlanConfig::kRankChunks>(st, p, T, water, room_aware,
+                                                                       lane, breadth_first);
 }
 
 // Stage 3: slot coloring (warp 0): levels coarse to fine, plan order within a level, the

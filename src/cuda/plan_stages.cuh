@@ -39,7 +39,7 @@ struct PlanSmem {
       pair_items, level_nodes, level_bytes, scalars, total;
 
   static PlanSmem make(int P, int E, int C, int max_broadcasts, int S, bool iser = false,
-                       int iser_blocks = 2) {
+                       int iser_blocks = kIserSequentialBlocks) {
     PlanSmem s{};
     const int quota_cap = P * S + max_broadcasts;
     int at = 0;

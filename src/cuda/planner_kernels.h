@@ -48,6 +48,9 @@ void launch_count(const CountParams& params, CUstream_st* stream);
 // iser's candidate placements: room-aware at T, HALO-Q, and the slack ladder's four water levels
 // (plan_iser.cuh; each on its own warp and candidate block where the shared memory allows).
 inline constexpr int kIserParallelBlocks = 6;
+// The sequential form's candidate blocks: the kept plan, a challenger, and the scratch of a
+// challenger's finish (plan_iser_finish.cuh).
+inline constexpr int kIserSequentialBlocks = 3;
 
 struct PlanParams {
   const int32_t* counts = nullptr;      // [num_plans][P][E]
@@ -69,8 +72,9 @@ struct PlanParams {
   bool owner_in_group = false;
   bool iser = false;  // plan_iser (non-resident): needs the extra shared arrays of PlanSmem
   // iser: candidate blocks of PlanSmem, kIserParallelBlocks (every candidate of the slack ladder
-  // on its own warp at once) where the shared memory allows, else 2 (one after the other).
-  int iser_blocks = 2;
+  // on its own warp at once) where the shared memory allows, else kIserSequentialBlocks (one
+  // after the other).
+  int iser_blocks = kIserSequentialBlocks;
   // Stage 4 by pair lists and levels, else by phases (GpuPlanner::set_repair_schedule).
   bool scheduled_repair = false;
 };

@@ -121,6 +121,29 @@ RC_GTEST_PROP(PlannerProps, IserPlansValidateAndNeverLoseToTheReference, ()) {
             *std::max_element(ref.loads.begin(), ref.loads.end()));
 }
 
+// plan_iser's breadth-first candidates (docs/design.md §5) are kept only when strictly better
+// after finishing: the max load with them is never above the max load without them, and where
+// they change the plan it still validates (the property above checks every default plan).
+RC_GTEST_PROP(PlannerProps, BreadthFirstCandidatesNeverRaiseTheMax, ()) {
+  const Case c = *gen_case();
+  HaloQOptions options;
+  options.min_move = *rc::gen::element(0, 0, 16);
+  const Plan with = plan_iser(c.topo, c.counts, options);
+  options.iser_breadth_first = false;
+  const Plan without = plan_iser(c.topo, c.counts, options);
+  const int32_t max_with = *std::max_element(with.loads.begin(), with.loads.end());
+  const int32_t max_without = *std::max_element(without.loads.begin(), without.loads.end());
+  RC_CLASSIFY(max_with < max_without, "a breadth-first candidate kept");
+  RC_ASSERT(max_with <= max_without);
+  if (max_with == max_without) {
+    int32_t copies_with = 0;
+    int32_t copies_without = 0;
+    for (const Broadcast& b : with.broadcasts) copies_with += b.remote_copies();
+    for (const Broadcast& b : without.broadcasts) copies_without += b.remote_copies();
+    RC_ASSERT(copies_with <= copies_without);
+  }
+}
+
 RC_GTEST_PROP(PlannerProps, TokenRewriteMatchesFlowRewrite, ()) {
   // Small shapes: tokens are materialized from the counts.
   const int P = *rc::gen::inRange(2, 17);

@@ -8,6 +8,7 @@
 #include "iser/planner.h"
 #include "iser/policy.h"
 #include "iser/rewrite.h"
+#include "iser/trace.h"
 #include "iser/validator.h"
 
 namespace iser {
@@ -340,6 +341,37 @@ TEST(IserTopUp, MinMoveSkipsSmallExportsUnlessResident) {
   ASSERT_EQ(resident.broadcasts.size(), 1u);
   EXPECT_EQ(resident.broadcasts[0].quota, (std::vector<int32_t>{4, 0, 0, 6}));
   EXPECT_EQ(resident.loads, (std::vector<int32_t>{14, 17, 11, 14}));
+}
+
+// plan_iser's breadth-first candidates on a skew-family invocation where busiest-first misses:
+// zipf-1.5, E = 256, top-8, τ = 8,192, EP32, S = 2 (docs/evaluation.md, "Balance under any
+// skew"). Without them the finished plan ends above T + T/32 (its busiest rank exports nothing:
+// the hotter owners took the free helper slots); with them it ends below T + T/64, validates and
+// keeps every owner at <= S broadcasts.
+TEST(IserBreadthFirst, ServesEveryOwnerBeforeAnySecondBroadcast) {
+  SyntheticOptions o;
+  o.kind = "zipf-1.5";
+  o.num_experts = 256;
+  o.top_k = 8;
+  o.num_layers = 1;
+  o.seed = 1;
+  const int P = 32;
+  const CountMatrix counts = make_synthetic(o)->counts(0, 0, P, 8192);
+  const Topology topo = Topology::make(P, 256, 2);
+  HaloQOptions options;
+  const Plan with = plan_iser(topo, counts, options);
+  options.iser_breadth_first = false;
+  const Plan without = plan_iser(topo, counts, options);
+  const int32_t T = with.target;
+  const int32_t max_with = *std::max_element(with.loads.begin(), with.loads.end());
+  const int32_t max_without = *std::max_element(without.loads.begin(), without.loads.end());
+  EXPECT_GT(max_without, T + T / 32);
+  EXPECT_LE(max_with, T + T / 64);
+  ValidationOptions v;
+  v.max_exports_per_owner = topo.num_slots;
+  v.unique_experts = false;
+  const auto violations = validate_plan(topo, counts, with, v);
+  EXPECT_TRUE(violations.empty()) << (violations.empty() ? "" : violations[0]);
 }
 
 }  // namespace

@@ -12,6 +12,7 @@
 #include <vector>
 
 #include "core/planner/synthetic_counts.h"
+#include "core/trace/synthetic_families.h"
 #include "cuda/planner_kernels.h"
 #include "gpu/planner_batches.h"
 #include "gpu/routing_samples.h"
@@ -20,6 +21,7 @@
 #include "iser/gpu_planner.h"
 #include "iser/planner.h"
 #include "iser/rewrite.h"
+#include "iser/trace.h"
 
 namespace iser {
 namespace {
@@ -138,13 +140,15 @@ TEST(GpuPlannerIser, MatchesCpuOnRandomSkewedTokens) {
   g_iser_repeats = 0;
   g_iser_chains = 0;
   g_iser_top_ups = 0;
+  g_iser_breadth_first = 0;
   const int checked = check_random_inputs(iser_variant);
   if (HasFailure()) return;
   RecordProperty("inputs", checked);
   std::printf(
       "GPU iser == CPU plan_iser + rewrite_tokens on %d random inputs (plans and slot ids; %d "
-      "repeat an expert, %d level along chains, %d topped up)\n",
-      checked, g_iser_repeats.load(), g_iser_chains.load(), g_iser_top_ups.load());
+      "repeat an expert, %d level along chains, %d topped up, %d breadth-first)\n",
+      checked, g_iser_repeats.load(), g_iser_chains.load(), g_iser_top_ups.load(),
+      g_iser_breadth_first.load());
   if (test_scale() >= 1.0) {
     EXPECT_GE(checked, 100000);
   }
@@ -209,6 +213,9 @@ void check_power_law(const GpuPlannerOptions& options, int num_experts, int slot
       if (options.iser && topped_up(topo, inputs[i], cpu_options(options), cpu)) {
         ++g_iser_top_ups;
       }
+      if (options.iser && breadth_first_kept(topo, inputs[i], cpu_options(options), cpu)) {
+        ++g_iser_breadth_first;
+      }
     }
   }
 }
@@ -223,6 +230,7 @@ TEST(GpuPlannerIser, MatchesCpuOnPowerLawCounts) {
   g_iser_repeats = 0;
   g_iser_chains = 0;
   g_iser_top_ups = 0;
+  g_iser_breadth_first = 0;
   // S = 2 with E = 256 is the EP64 heavy-skew setting of docs/evaluation.md; S = 4, E = 384 the
   // default topology.
   for (const auto& [slots, experts] : {std::pair{2, 256}, std::pair{4, 384}}) {
@@ -231,8 +239,9 @@ TEST(GpuPlannerIser, MatchesCpuOnPowerLawCounts) {
   }
   std::printf(
       "GPU iser == CPU plan_iser on power-law counts (%d plans repeat an expert, %d level along "
-      "chains, %d topped up)\n",
-      g_iser_repeats.load(), g_iser_chains.load(), g_iser_top_ups.load());
+      "chains, %d topped up, %d breadth-first)\n",
+      g_iser_repeats.load(), g_iser_chains.load(), g_iser_top_ups.load(),
+      g_iser_breadth_first.load());
   // The heavy-skew inputs must reach iser's repeated exports, its chain leveling and its top-up
   // exports (23 of the S = 2 plans at EP16-64 on the CPU), or this test misses those paths.
   if (test_scale() >= 1.0) {
@@ -240,6 +249,84 @@ TEST(GpuPlannerIser, MatchesCpuOnPowerLawCounts) {
     EXPECT_GT(g_iser_chains.load(), 0);
     EXPECT_GT(g_iser_top_ups.load(), 0);
   }
+}
+
+// The skew families of docs/evaluation.md ("Balance under any skew"): every family at EP16, 32
+// and 64 (E = 256) and EP72 (E = 288), S = 2, 3 and 4, top-8, τ = 8,192, layer 0 (drift: four
+// iterations), seeds 1 and 2 (seed 1 alone below full test scale); GPU == CPU plan_iser, in the
+// parallel form and in the sequential form (GpuPlannerOptions::iser_sequential). These are the
+// inputs where the breadth-first candidates win (at S = 2 mostly), so they must be reached here.
+int check_skew_families(bool sequential) {
+  int breadth_first = 0;
+  for (const int P : {16, 32, 64, 72}) {
+    const int E = P == 72 ? 288 : 256;
+    std::vector<CountMatrix> inputs;
+    for (const std::string& name : trace::skew_family_names()) {
+      for (uint64_t seed = 1; seed <= (test_scale() >= 1.0 ? 2u : 1u); ++seed) {
+        SyntheticOptions o;
+        o.kind = name;
+        o.num_experts = E;
+        o.top_k = 8;
+        o.num_layers = 1;
+        o.seed = seed;
+        const auto source = make_synthetic(o);
+        for (int it = 0; it < (name == "drift" ? 4 : 1); ++it) {
+          inputs.push_back(source->counts(0, it, P, 8192));
+        }
+      }
+    }
+    std::vector<int32_t> all;
+    for (const auto& m : inputs) all.insert(all.end(), m.data().begin(), m.data().end());
+    const int n = static_cast<int>(inputs.size());
+    for (const int S : {2, 3, 4}) {
+      const Topology topo = Topology::make(P, E, S);
+      GpuPlannerOptions options = iser_variant(0);
+      options.iser_sequential = sequential;
+      GpuPlanner planner(topo, 8192 * 8, options);
+      DeviceBuffer<int32_t> d_counts(all.size());
+      DeviceBuffer<int32_t> d_plans(static_cast<size_t>(n) * planner.plan_words());
+      d_counts.upload(all);
+      planner.plan(d_counts.ptr, d_plans.ptr, nullptr, n);
+      const auto words = d_plans.download(static_cast<size_t>(n) * planner.plan_words());
+      for (int i = 0; i < n; ++i) {
+        const std::span<const int32_t> w(
+            words.data() + static_cast<size_t>(i) * planner.plan_words(), planner.plan_words());
+        EXPECT_EQ(w[GpuPlanLayout::kStatus], 0) << "P=" << P << " S=" << S << " input " << i;
+        if (w[GpuPlanLayout::kStatus] != 0) return breadth_first;
+        const Plan gpu = plan_from_words(planner.layout(), w);
+        const Plan cpu = plan_iser(topo, inputs[i], cpu_options(options));
+        EXPECT_TRUE(gpu == cpu) << "P=" << P << " S=" << S << " input " << i << ": "
+                                << first_difference(gpu, cpu);
+        if (!(gpu == cpu)) return breadth_first;
+        if (breadth_first_kept(topo, inputs[i], cpu_options(options), cpu)) ++breadth_first;
+      }
+    }
+  }
+  return breadth_first;
+}
+
+TEST(GpuPlannerIser, MatchesCpuOnSkewFamilies) {
+  ISER_REQUIRE_GPUS(1);
+  const int breadth_first = check_skew_families(false);
+  if (HasFailure()) return;
+  std::printf("GPU iser == CPU plan_iser on the skew families (%d breadth-first)\n", breadth_first);
+  EXPECT_GT(breadth_first, 0);
+}
+
+TEST(GpuPlannerIser, SequentialFormMatchesCpu) {
+  ISER_REQUIRE_GPUS(1);
+  const int breadth_first = check_skew_families(true);
+  if (HasFailure()) return;
+  g_iser_breadth_first = 0;
+  GpuPlannerOptions options = iser_variant(0);
+  options.iser_sequential = true;
+  check_power_law(options, 256, 2, 0.1);
+  if (HasFailure()) return;
+  std::printf(
+      "GPU iser (sequential form) == CPU plan_iser on the skew families (%d breadth-first) and "
+      "power-law counts (%d breadth-first)\n",
+      breadth_first, g_iser_breadth_first.load());
+  EXPECT_GT(breadth_first, 0);
 }
 
 TEST(GpuPlannerIser, HostSideLimits) {

@@ -26,7 +26,9 @@
 //  5. Each candidate is leveled before the comparison (level_quotas): its quotas move within its
 //     groups from the busiest rank to colder hosts of the same broadcast, which the coldest-first
 //     fill to the water level leaves far apart. The kept one is then leveled along chains of
-//     hosts (level_chains, iser_chains.cpp), where one hop stalls.
+//     hosts (level_chains, iser_chains.cpp), where one hop stalls, and topped up.
+//  6. Where that plan still ends above T + T/256: two breadth-first candidates (owners with the
+//     fewest broadcasts first), finished the same way, each kept only when strictly better.
 // Quota bookkeeping for an expert broadcast k times: the owner's remaining share sits in the
 // latest broadcast of that expert (earlier ones then hold 0 for the owner); members of each
 // broadcast hold what they took. Σ quotas = hist[e] per expert.
@@ -131,9 +133,12 @@ Choice best_group_at(const Topology& topo, int level, int owner, int32_t give,
 namespace {
 
 // The room-aware placement with water level W = T + slack (plan.target stays T; per LSA team, see
-// team_water_levels): owners above W export, members fill up to W.
+// team_water_levels): owners above W export, members fill up to W. Owner order: the busiest
+// first (ties: the lowest rank); breadth-first: the fewest broadcasts sent so far first, then
+// the busiest, then the lowest rank, so every owner above W gets a broadcast before any gets a
+// second (plan_iser's breadth-first candidates).
 void place_room_aware(const Topology& topo, const HaloQOptions& options, int32_t slack_divisor,
-                      PlannerWorkspace& ws, Plan& plan) {
+                      bool breadth_first, PlannerWorkspace& ws, Plan& plan) {
   const int32_t target = plan.target;
   const int P = topo.num_ranks;
   const int H = topo.experts_per_rank();
@@ -159,7 +164,14 @@ void place_room_aware(const Topology& topo, const HaloQOptions& options, int32_t
   for (int64_t pass = 0; pass < max_passes; ++pass) {
     int o = -1;
     for (int r = 0; r < P; ++r) {
-      if (!ws.frozen[r] && L[r] > ws.team_water[topo.team_of(r)] && (o < 0 || L[r] > L[o])) o = r;
+      if (ws.frozen[r] || L[r] <= ws.team_water[topo.team_of(r)]) continue;
+      if (o < 0) {
+        o = r;
+      } else if (breadth_first && ws.send_used[r] != ws.send_used[o]) {
+        if (ws.send_used[r] < ws.send_used[o]) o = r;
+      } else if (L[r] > L[o]) {
+        o = r;
+      }
     }
     if (o < 0) break;
     const int32_t T = ws.team_water[topo.team_of(o)];
@@ -231,7 +243,7 @@ void place_room_aware(const Topology& topo, const HaloQOptions& options, int32_t
 void place_iser(const Topology& topo, const CountMatrix& counts, const HaloQOptions& options,
                 PlannerWorkspace& ws, Plan& plan, int32_t slack_divisor) {
   prepare_loads(topo, counts, ws, plan);
-  place_room_aware(topo, options, slack_divisor, ws, plan);
+  place_room_aware(topo, options, slack_divisor, false, ws, plan);
 }
 
 namespace {
@@ -305,6 +317,18 @@ void level_quotas(const Topology& topo, PlannerWorkspace& ws, Plan& plan) {
   }
 }
 
+// The kept placement's finish (options.iser_chains): chain leveling, top-up exports and, when
+// they added a broadcast, the chains again; each only while the max load is above stop_at.
+void finish_candidate(const Topology& topo, const HaloQOptions& options, int32_t stop_at,
+                      PlannerWorkspace& ws, Plan& plan) {
+  if (!options.iser_chains) return;
+  level_chains(topo, stop_at, ws, plan);
+  const size_t num_placed = plan.broadcasts.size();
+  team_water_levels(topo, plan.target, 0, ws.home_loads, ws);
+  top_up_exports(topo, options, stop_at, ws, plan);
+  if (plan.broadcasts.size() > num_placed) level_chains(topo, stop_at, ws, plan);
+}
+
 }  // namespace
 
 void plan_iser(const Topology& topo, const CountMatrix& counts, const HaloQOptions& options,
@@ -336,7 +360,7 @@ void plan_iser(const Topology& topo, const CountMatrix& counts, const HaloQOptio
     ws.alternative.target = plan.target;
     ws.alternative.loads = ws.home_loads;
   };
-  place_room_aware(topo, options, 0, ws, plan);
+  place_room_aware(topo, options, 0, false, ws, plan);
   level_quotas(topo, ws, plan);
   HaloQOptions reference = options;
   reference.absorb = false;
@@ -358,7 +382,7 @@ void plan_iser(const Topology& topo, const CountMatrix& counts, const HaloQOptio
        divisor /= 2) {
     if (max_load(plan) > reachable + reachable / divisor) {
       start_alternative();
-      place_room_aware(topo, options, divisor, ws, ws.alternative);
+      place_room_aware(topo, options, divisor, false, ws, ws.alternative);
       level_quotas(topo, ws, ws.alternative);
       keep_better();
     }
@@ -368,13 +392,24 @@ void plan_iser(const Topology& topo, const CountMatrix& counts, const HaloQOptio
   // left to gain cost the GPU planner chain steps on most real inputs: docs/design.md §5).
   // Then, still above that level, a busiest rank that exports too little gets one more broadcast
   // of a home expert into leftover helper slots (top_up_exports), and the chains run again.
-  if (options.iser_chains) {
-    const int32_t stop_at = reachable + reachable / kIserSlackDivisorFinest;
-    level_chains(topo, stop_at, ws, plan);
-    const size_t num_placed = plan.broadcasts.size();
-    team_water_levels(topo, plan.target, 0, ws.home_loads, ws);
-    top_up_exports(topo, options, stop_at, ws, plan);
-    if (plan.broadcasts.size() > num_placed) level_chains(topo, stop_at, ws, plan);
+  const int32_t stop_at = reachable + reachable / kIserSlackDivisorFinest;
+  finish_candidate(topo, options, stop_at, ws, plan);
+  // Still above that level: the breadth-first candidates (water level T, then T + T/d for the
+  // ladder's coarsest d), each finished as above and kept only when strictly better, each run
+  // only while the best plan so far ends above stop_at. Busiest-first serves the hottest owners
+  // until the helper slots run out and can leave an owner just above the water with none (at
+  // S = 2, most of the skew families' misses); breadth-first gives every owner above the water
+  // its first broadcast before any gets a second. Compared after finishing, not before: chains
+  // and top-up exports change the order of the candidates (docs/design.md §5).
+  if (options.iser_breadth_first) {
+    for (const int32_t divisor : {0, kIserSlackDivisorCoarsest}) {
+      if (max_load(plan) <= stop_at) break;
+      start_alternative();
+      place_room_aware(topo, options, divisor, true, ws, ws.alternative);
+      level_quotas(topo, ws, ws.alternative);
+      finish_candidate(topo, options, stop_at, ws, ws.alternative);
+      keep_better();
+    }
   }
   // The owner serves its quota from its home slot: with an expert in two groups the owner may
   // be a member of one, and the home slot needs no READY wait.
