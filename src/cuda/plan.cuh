@@ -523,13 +523,34 @@ __device__ __forceinline__ void plan_cta(const PlanParams& p, const PlanSmem& la
     __syncthreads();
     if (run && warp >= 2 && warp < kIserParallelBlocks) level_ladder_candidate(st, T, warp, lane);
     __syncthreads();
-    const int num_broadcasts = run ? keep_best_candidate(st, T, tid) : 0;
+    // NOTE: only placements (step 1) set status bits before finish_parallel, so the status read
+    // here is CTA-uniform; a placement that overflowed leaves max_load 0 (no finish).
+    int max_load = 0;
+    int num_broadcasts = 0;
+    if (run && st.scalars[kStatusWord] == 0) {
+      num_broadcasts = keep_best_candidate(st, T, tid, max_load);
+    }
+    __syncthreads();
+    // The finish and the breadth-first candidates (plan_iser_finish.cuh; docs/design.md §5),
+    // where the kept placement ends above finish_level (max_load is CTA-uniform).
+    num_broadcasts = finish_parallel(st, p, T, num_broadcasts, max_load, warp, lane, tid);
     if (tid == 0) st.scalars[kNumBroadcastsWord] = num_broadcasts;
   } else if (warp == 0) {
     int num_broadcasts = 0;
     if (st.scalars[kStatusWord] == 0) {
       if constexpr (kIser) {
         num_broadcasts = place_iser_sequential(st, p, T, lane);
+        // The finish and the breadth-first candidates (plan_iser_finish.cuh), where the kept
+        // placement ends above finish_level: the first test made here, inline (most real inputs
+        // end at or below it, and the call would cost its set-up and instruction fetches).
+        __syncwarp();  // the placement's status bits are visible to every lane
+        int max_load = 0;
+#pragma unroll 1
+        for (int r = lane; r < st.P; r += 32) max_load = max(max_load, st.load[r]);
+        max_load = __reduce_max_sync(PlanConfig::kFullMask, max_load);
+        if (st.scalars[kStatusWord] == 0 && max_load > finish_level(T)) {
+          num_broadcasts = finish_sequential(st, p, T, num_broadcasts, lane);
+        }
       } else {
         num_broadcasts = place_halo_q(st, p, T, lane);
       }
@@ -537,26 +558,6 @@ __device__ __forceinline__ void plan_cta(const PlanParams& p, const PlanSmem& la
     if (lane == 0) st.scalars[kNumBroadcastsWord] = num_broadcasts;
   }
   __syncthreads();
-  if constexpr (kIser) {
-    // The kept placement's finish (chains, top-up exports, chains again) and, where it still
-    // ends above stop_at, the breadth-first candidates (plan_iser_finish.cuh; docs/design.md §5).
-    // The first test (max load <= stop_at) is made here, inline: most real inputs end at or
-    // below it, and the call would cost its set-up and instruction fetches; below it nothing
-    // changes the plan. NOTE: the status word is CTA-uniform here (read after the barrier above);
-    // only warp 0 reads the broadcast count before the barrier below.
-    if (warp == 0 && st.scalars[kStatusWord] == 0) {
-      const int stop_at = T + T / kIserSlackDivisorFinest;
-      const int placed = st.scalars[kNumBroadcastsWord];
-      int max_load = 0;
-#pragma unroll 1
-      for (int r = lane; r < st.P; r += 32) max_load = max(max_load, st.load[r]);
-      if (__reduce_max_sync(PlanConfig::kFullMask, max_load) > stop_at) {
-        const int kept = finish_iser(st, p, T, placed, lane);
-        if (lane == 0) st.scalars[kNumBroadcastsWord] = kept;  // every lane read it above
-      }
-    }
-    __syncthreads();
-  }
   const int B = st.scalars[kNumBroadcastsWord];
   timer.stamp(2, tid);
 

@@ -6,18 +6,22 @@
 //   2. HALO-Q's placement (absorb and owner_in_group off),
 //   3. for d = 256, 128, 64, 32 in turn (kIserSlackDivisorFinest ... Coarsest), only when the best
 //      so far ends above T + T/d: room-aware placement at water level T + T/d.
+// The kept one is finished, and the two breadth-first candidates are placed, leveled, finished
+// and compared after it where it still ends above T + T/256 (plan_iser_finish.cuh).
 // Every candidate starts from the home loads and reads only its own block of the shared arrays
 // (PlanSmem::buffer_words apart) besides hist, home loads and HALO-Q's candidates, so the
 // candidates are independent of each other and of which ones the CPU runs:
-// - parallel (PlanParams::iser_blocks == kIserParallelBlocks): candidate k on warp k in block k.
-//   Step 1 places all six at once and levels the first two; step 2 levels only the ladder
-//   candidates the CPU can run (water level below the better of the first two: a ladder
-//   candidate's leveling often takes all kIserLevelSteps · P steps, and on most real inputs the
-//   CPU runs none of them); then the CPU's sequence of comparisons over their costs (a candidate
-//   the CPU would not run is never compared), and the winner copied into block 0, where the later
-//   stages read the plan;
-// - sequential (2 blocks, where the shared memory holds no more): warp 0 plans them one after
-//   the other, the kept one in block 0 and the challenger in block 1, copied over when it wins.
+// - parallel (PlanParams::iser_blocks == kIserParallelBlocks): candidate k on warp k in block k,
+//   the two breadth-first candidates on warps and blocks 6 and 7. Step 1 places all eight at once
+//   and levels the first two; step 2 levels only the ladder candidates the CPU can run (water
+//   level below the better of the first two: a ladder candidate's leveling often takes all
+//   kIserLevelSteps · P steps, and on most real inputs the CPU runs none of them) and the
+//   breadth-first ones where the CPU may (the better of the first two above T + T/256); then the
+//   CPU's sequence of comparisons over the first six costs (a candidate the CPU would not run is
+//   never compared), and the winner copied into block 0, where the later stages read the plan;
+// - sequential (kIserSequentialBlocks, where the shared memory holds no more): warp 0 plans them
+//   one after the other, the kept one in block 0 and the challenger in block 1, copied over when
+//   it wins.
 //
 // Both kinds of placement are plan_detail::place (plan_place.cuh).
 #pragma once
@@ -181,12 +185,22 @@ inline __device__ __noinline__ int place_iser_sequential(const State st, const P
 }
 
 inline constexpr int kIserLadderSteps = 4;  // divisors kIserSlackDivisorFinest .. Coarsest
+// Candidates compared before the finish: room-aware at T, HALO-Q, the ladder.
+inline constexpr int kIserPlacedCandidates = 2 + kIserLadderSteps;
+inline constexpr int kIserBreadthFirstCandidates = 2;  // after the finish (plan_iser_finish.cuh)
 static_assert(kIserSlackDivisorFinest == kIserSlackDivisorCoarsest << (kIserLadderSteps - 1) &&
-                  kIserParallelBlocks == 2 + kIserLadderSteps,
+                  kIserParallelBlocks == kIserPlacedCandidates + kIserBreadthFirstCandidates,
               "a candidate block per candidate placement");
-// Water level of candidate k: T for the first two, then the slack ladder's T + T/d.
+// Water level of candidate k: T for the first two, then the slack ladder's T + T/d, then the
+// breadth-first candidates' T and T + T/kIserSlackDivisorCoarsest.
 __device__ __forceinline__ int candidate_water(int k, int T) {
-  return k < 2 ? T : T + T / (kIserSlackDivisorFinest >> (k - 2));
+  if (k < 2) return T;
+  if (k < kIserPlacedCandidates) return T + T / (kIserSlackDivisorFinest >> (k - 2));
+  return k == kIserPlacedCandidates ? T : T + T / kIserSlackDivisorCoarsest;
+}
+// The level above which the kept plan is finished and the breadth-first candidates run.
+__device__ __forceinline__ int finish_level(int T) {
+  return T + T / kIserSlackDivisorFinest;
 }
 
 // The parallel form's results: each candidate's cost and number of broadcasts.
@@ -205,7 +219,8 @@ inline __device__ __noinline__ void place_candidate(const State st, const PlanPa
   mine.use_buffer(warp);
   const bool room_aware = warp != 1;
   start_candidate(mine, room_aware, lane);
-  const int n = place(mine, p, T, candidate_water(warp, T), room_aware, lane);
+  const int n = place(mine, p, T, candidate_water(warp, T), room_aware, lane,
+                      /*breadth_first=*/warp >= kIserPlacedCandidates);
   if (warp < 2) {
     level_quotas(mine, n, lane);
     const unsigned long long cost = candidate_cost(mine, n, lane);
@@ -216,15 +231,20 @@ inline __device__ __noinline__ void place_candidate(const State st, const PlanPa
 
 // Step 2 (warp k, 2 <= k < kIserParallelBlocks, every lane), after a block barrier that follows
 // step 1: ladder candidate k leveled and its cost stored when the CPU can run it, i.e. when the
-// better of the first two candidates ends above its water level.
+// better of the first two candidates ends above its water level; a breadth-first candidate
+// leveled when that one ends above finish_level (its cost is stored again after its finish).
 // NOTE: the CPU runs ladder candidate k only while the best so far ends above T + T/d_k, and the
 // best so far is never above the better of the first two: a candidate skipped here is never
 // compared by keep_best_candidate, so its cost (left as the largest key) is never read as one.
+// The CPU runs the breadth-first candidates only when the finished kept plan ends above
+// finish_level, and the kept plan is never above the better of the first two, nor raised by its
+// finish: one skipped here is never finished nor compared (finish_parallel).
 inline __device__ __noinline__ void level_ladder_candidate(const State st, int T, int warp,
                                                            int lane) {
   const unsigned long long first = min(iser_candidates.cost[0], iser_candidates.cost[1]);
   unsigned long long cost = ~0ull;
-  if (static_cast<int>(first >> 32) > candidate_water(warp, T)) {
+  const int level = warp < kIserPlacedCandidates ? candidate_water(warp, T) : finish_level(T);
+  if (static_cast<int>(first >> 32) > level) {
     State mine = st;
     mine.use_buffer(warp);
     const int n = iser_candidates.num[warp];
@@ -236,14 +256,14 @@ inline __device__ __noinline__ void level_ladder_candidate(const State st, int T
 }
 
 // Step 3, by every thread of the CTA after a block barrier that follows step 2: the CPU's
-// sequence of comparisons over the candidates' costs (a candidate the CPU would not run is never
-// compared), the winner's block copied into block 0 (a block barrier must follow before its
-// arrays are read). Returns the winner's number of broadcasts.
-__device__ __forceinline__ int keep_best_candidate(const State& st, int T, int tid) {
+// sequence of comparisons over the placed candidates' costs (a candidate the CPU would not run
+// is never compared), the winner's block copied into block 0 (a block barrier must follow before
+// its arrays are read). Returns the winner's number of broadcasts, its max load in `max_load`.
+__device__ __forceinline__ int keep_best_candidate(const State& st, int T, int tid, int& max_load) {
   int kept = 0;
   unsigned long long cost_kept = iser_candidates.cost[0];
 #pragma unroll 1
-  for (int k = 1; k < kIserParallelBlocks; ++k) {
+  for (int k = 1; k < kIserPlacedCandidates; ++k) {
     // The ladder's candidates run only while the best so far ends above their water level; a
     // challenger is kept only when strictly better (ties: the earlier candidate).
     const unsigned long long cost = iser_candidates.cost[k];
@@ -258,6 +278,7 @@ __device__ __forceinline__ int keep_best_candidate(const State& st, int T, int t
 #pragma unroll 1
     for (int i = tid; i < st.buffer_words / 4; i += PlanConfig::kThreads) to[i] = from[i];
   }
+  max_load = static_cast<int>(cost_kept >> 32);
   return iser_candidates.num[kept];
 }
 

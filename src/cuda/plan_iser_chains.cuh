@@ -67,17 +67,17 @@ __device__ __forceinline__ int lowest_giver(const State& st, int b, const RankSe
   return -1;
 }
 
-// Scratch of level_chains in the second candidate block (free once the kept placement sits in
-// block 0). NOTE: 6·max_broadcasts rank-set words, 3·P level words and 2·P link words; a
-// candidate block (PlanSmem::buffer_words >= P + 3E + P·S + 10·max_broadcasts, E >= P) holds them.
+// Scratch of level_chains: a free candidate block (the caller's: plan_iser_finish.cuh). NOTE:
+// 6·max_broadcasts rank-set words, 3·P level words and 2·P link words; a candidate block
+// (PlanSmem::buffer_words >= P + 3E + P·S + 10·max_broadcasts, E >= P) holds them.
 struct ChainScratch {
   unsigned* host;         // [max_broadcasts][3] hosts of each broadcast
   unsigned* expert_host;  // [max_broadcasts][3] hosts of every broadcast of its expert
   unsigned* level;        // [P][3] BFS level d's ranks
   int* link;              // [P] path link i (given from level i): b | giver << 16
   int* link_to;           // [P] the broadcast the link's receiver gets the routes in
-  __device__ __forceinline__ explicit ChainScratch(const State& st) {
-    host = reinterpret_cast<unsigned*>(st.load + st.buffer_words);
+  __device__ __forceinline__ ChainScratch(const State& st, int* scratch) {
+    host = reinterpret_cast<unsigned*>(scratch);
     expert_host = host + kRankWords * st.max_broadcasts;
     level = expert_host + kRankWords * st.max_broadcasts;
     link = reinterpret_cast<int*>(level + kRankWords * st.P);
@@ -217,10 +217,11 @@ __device__ __forceinline__ int chain_path(const State& st, int num_broadcasts,
   return delta;
 }
 
-// Warp 0 of the CTA, every lane. Out of line, State by value (as place_iser_sequential).
+// One warp, every lane; `scratch`: a candidate block of its own. Out of line, State by value (as
+// place_iser_sequential).
 inline __device__ __noinline__ void level_chains(const State st, int num_broadcasts, int stop_at,
-                                                 int lane) {
-  const ChainScratch cs(st);
+                                                 int* scratch, int lane) {
+  const ChainScratch cs(st, scratch);
   chain_host_sets(st, num_broadcasts, cs, lane);
   const int max_steps = kIserChainSteps * st.P;
 #pragma unroll 1

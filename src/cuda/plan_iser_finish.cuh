@@ -1,12 +1,17 @@
-// The finish of the `iser` policy's plan on the GPU (warp 0, after the candidate comparison),
-// bit-exact with the end of plan_iser of the CPU (src/core/planner/iser.cpp; docs/design.md §5):
-// the kept placement (block 0) is leveled along chains of hosts, topped up and, when top-up added
-// a broadcast, leveled along chains again; then, while it still ends above stop_at, the two
-// breadth-first candidates (water level T, then T + T/kIserSlackDivisorCoarsest) are placed in
-// block 1, leveled, finished the same way and copied over block 0 when strictly better (lower max
-// load; ties: fewer remote copies). Chains and top-up keep their scratch in the block after the
-// one they finish, so a finish in block 1 needs a third candidate block (PlanParams::iser_blocks
-// >= 3, both forms).
+// The finish of the `iser` policy's plan on the GPU, bit-exact with the end of plan_iser of the
+// CPU (src/core/planner/iser.cpp; docs/design.md §5): the kept placement (block 0) is leveled
+// along chains of hosts, topped up and, when top-up added a broadcast, leveled along chains
+// again; then, while it still ends above finish_level (T + T/256), the two breadth-first
+// candidates (water level T, then T + T/kIserSlackDivisorCoarsest; plan_iser.cuh), leveled and
+// finished the same way, each replace it when strictly better (lower max load; ties: fewer remote
+// copies). Chains and top-up take a free candidate block as scratch:
+// - parallel (finish_parallel, every warp): the breadth-first candidates were placed in blocks 6
+//   and 7 beside the others and leveled in step 2; warp 0 finishes the kept plan (scratch: block
+//   1) while warps 6 and 7 finish them (scratch: blocks 2 and 3, free once the kept placement
+//   sits in block 0), then the CPU's two comparisons, and the winner copied into block 0;
+// - sequential (finish_sequential, warp 0): the kept plan finished (scratch: block 1), then each
+//   breadth-first candidate the CPU runs placed, leveled and finished in block 1 (scratch: block
+//   2), copied over block 0 when it wins.
 #pragma once
 
 #include "cuda/plan_iser.cuh"
@@ -17,42 +22,49 @@
 
 namespace iser::cuda::plan_detail {
 
-static_assert(kIserSequentialBlocks >= 3 && kIserParallelBlocks >= kIserSequentialBlocks,
-              "both forms hold the kept plan, a challenger and its finish's scratch");
+static_assert(kIserSequentialBlocks >= 3 && kIserParallelBlocks >= kIserSequentialBlocks &&
+                  2 + kIserBreadthFirstCandidates <= kIserPlacedCandidates,
+              "the kept plan, a challenger and each finish's scratch have blocks of their own");
 
-// One candidate's finish in st's block (warp 0, every lane): chains, top-up exports and, when
+// Candidate block k of st's layout (its first word).
+__device__ __forceinline__ int* candidate_block(const State& st, int k) {
+  return st.load + k * st.buffer_words;
+}
+
+// One candidate's finish in st's block (one warp, every lane): chains, top-up exports and, when
 // they added a broadcast, chains again, each only while the max load is above stop_at (below it
-// neither changes the plan). Returns the new number of broadcasts.
+// neither changes the plan). `scratch`: a free candidate block. Returns the new number of
+// broadcasts.
 __device__ __forceinline__ int finish_candidate(const State& st, int num_broadcasts, int T,
-                                                int stop_at, int min_move, int lane) {
+                                                int stop_at, int min_move, int* scratch, int lane) {
   int max_load = 0;
 #pragma unroll 1
   for (int r = lane; r < st.P; r += 32) max_load = max(max_load, st.load[r]);
   if (__reduce_max_sync(PlanConfig::kFullMask, max_load) <= stop_at) return num_broadcasts;
-  level_chains(st, num_broadcasts, stop_at, lane);
-  const int topped = top_up_exports(st, num_broadcasts, T, stop_at, min_move, lane);
-  if (topped > num_broadcasts) level_chains(st, topped, stop_at, lane);
+  level_chains(st, num_broadcasts, stop_at, scratch, lane);
+  const int topped = top_up_exports(st, num_broadcasts, T, stop_at, min_move, scratch, lane);
+  if (topped > num_broadcasts) level_chains(st, topped, stop_at, scratch, lane);
   return topped;
 }
 
-// The kept placement's finish and the breadth-first candidates (warp 0, every lane); called only
-// when the kept placement ends above stop_at. Returns the kept plan's number of broadcasts.
-// Out of line, State and PlanParams by value (as place_iser_sequential).
-inline __device__ __noinline__ int finish_iser(const State st, const PlanParams p, int T,
-                                               int num_placed, int lane) {
-  const int stop_at = T + T / kIserSlackDivisorFinest;
-  int num_kept = finish_candidate(st, num_placed, T, stop_at, p.min_move, lane);
+// The sequential form (warp 0, every lane), called only when the kept placement ends above
+// finish_level. Returns the kept plan's number of broadcasts. Out of line, State and PlanParams
+// by value (as place_iser_sequential).
+inline __device__ __noinline__ int finish_sequential(const State st, const PlanParams p, int T,
+                                                     int num_placed, int lane) {
+  const int stop_at = finish_level(T);
+  int num_kept =
+      finish_candidate(st, num_placed, T, stop_at, p.min_move, candidate_block(st, 1), lane);
   unsigned long long cost_kept = candidate_cost(st, num_kept, lane);
   State challenger = st;
   challenger.use_buffer(1);
 #pragma unroll 1
-  for (int i = 0; i < 2; ++i) {
+  for (int k = kIserPlacedCandidates; k < kIserParallelBlocks; ++k) {
     if (static_cast<int>(cost_kept >> 32) <= stop_at) break;
-    const int water = i == 0 ? T : T + T / kIserSlackDivisorCoarsest;
     start_candidate(challenger, true, lane);
-    int num = place(challenger, p, T, water, true, lane, /*breadth_first=*/true);
+    int num = place(challenger, p, T, candidate_water(k, T), true, lane, /*breadth_first=*/true);
     level_quotas(challenger, num, lane);
-    num = finish_candidate(challenger, num, T, stop_at, p.min_move, lane);
+    num = finish_candidate(challenger, num, T, stop_at, p.min_move, candidate_block(st, 2), lane);
     const unsigned long long cost = candidate_cost(challenger, num, lane);
     if (cost < cost_kept) {  // ties: the kept plan
       cost_kept = cost;
@@ -61,6 +73,59 @@ inline __device__ __noinline__ int finish_iser(const State st, const PlanParams 
     }
   }
   return num_kept;
+}
+
+// The parallel form, step A (warp 0 and the breadth-first warps, every lane): warp 0 finishes
+// the kept plan, warp k finishes breadth-first candidate k (leveled in step 2); each stores its
+// cost and number of broadcasts in iser_candidates. Out of line, State and PlanParams by value.
+inline __device__ __noinline__ void finish_candidate_warp(const State st, const PlanParams p, int T,
+                                                          int num_kept, int warp, int lane) {
+  State mine = st;
+  mine.use_buffer(warp);
+  // Scratch: block 1 for the kept plan, blocks 2, 3 for the breadth-first ones.
+  int* scratch = candidate_block(st, warp == 0 ? 1 : warp - kIserPlacedCandidates + 2);
+  const int n0 = warp == 0 ? num_kept : iser_candidates.num[warp];
+  const int n = finish_candidate(mine, n0, T, finish_level(T), p.min_move, scratch, lane);
+  const unsigned long long cost = candidate_cost(mine, n, lane);
+  __syncwarp();  // every lane has read num[warp] before lane 0 rewrites it
+  if (lane == 0) {
+    iser_candidates.cost[warp] = cost;
+    iser_candidates.num[warp] = n;
+  }
+}
+
+// The parallel form's finish, by every thread of the CTA (CTA-uniform arguments) after a block
+// barrier that follows keep_best_candidate; `max_load`: the kept placement's. Leaves the kept
+// plan in block 0 (a block barrier must follow before its arrays are read) and returns its
+// number of broadcasts.
+__device__ __forceinline__ int finish_parallel(const State& st, const PlanParams& p, int T,
+                                               int num_kept, int max_load, int warp, int lane,
+                                               int tid) {
+  const int stop_at = finish_level(T);
+  if (max_load <= stop_at) return num_kept;  // nothing changes the plan
+  if (warp == 0 || (warp >= kIserPlacedCandidates && warp < kIserParallelBlocks)) {
+    finish_candidate_warp(st, p, T, num_kept, warp, lane);
+  }
+  __syncthreads();
+  // The CPU's comparisons: each breadth-first candidate only while the best so far ends above
+  // stop_at, kept only when strictly better.
+  int kept = 0;
+  unsigned long long cost_kept = iser_candidates.cost[0];
+#pragma unroll 1
+  for (int k = kIserPlacedCandidates; k < kIserParallelBlocks; ++k) {
+    const unsigned long long cost = iser_candidates.cost[k];
+    if (static_cast<int>(cost_kept >> 32) > stop_at && cost < cost_kept) {
+      kept = k;
+      cost_kept = cost;
+    }
+  }
+  if (kept != 0) {
+    int4* to = reinterpret_cast<int4*>(st.load);
+    const int4* from = reinterpret_cast<const int4*>(candidate_block(st, kept));
+#pragma unroll 1
+    for (int i = tid; i < st.buffer_words / 4; i += PlanConfig::kThreads) to[i] = from[i];
+  }
+  return iser_candidates.num[kept];
 }
 
 }  // namespace iser::cuda::plan_detail

@@ -5,8 +5,8 @@
 // the aligned group (h outside, every member with a free helper slot) that absorbs the most up to
 // the water level W = T (the GPU plans one team: the CPU's slack-0 team water level is T), filled
 // coldest first; the broadcast is appended to the plan as the placement appends one.
-// Scratch: P received-slot counts in the second candidate block (free once the kept placement
-// sits in block 0; level_chains rebuilds its own scratch there at its start).
+// Scratch: P received-slot counts in a free candidate block (level_chains, given the same block,
+// rebuilds its own scratch there at its start).
 #pragma once
 
 #include "cuda/plan_place.cuh"
@@ -101,11 +101,13 @@ __device__ __forceinline__ int top_up_fill(const State& st, int* recv, int begin
   return moved;
 }
 
-// Warp 0 of the CTA, every lane; called only when the max load was above stop_at before the
-// chains. Returns the new number of broadcasts. Out of line, State by value (as level_chains).
+// One warp, every lane; called only when the max load was above stop_at before the chains.
+// `scratch`: a candidate block of its own. Returns the new number of broadcasts. Out of line,
+// State by value (as level_chains).
 inline __device__ __noinline__ int top_up_exports(const State st, int num_broadcasts, int T,
-                                                  int stop_at, int min_move, int lane) {
-  int* recv = st.load + st.buffer_words;
+                                                  int stop_at, int min_move, int* scratch,
+                                                  int lane) {
+  int* recv = scratch;
 #pragma unroll 1
   for (int r = lane; r < st.P; r += 32) {
     int n = 0;

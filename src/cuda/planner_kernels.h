@@ -45,9 +45,10 @@ int count_smem_bytes(const CountParams& params);
 void prepare_count_kernel(int smem_bytes);  // raises the kernel's shared-memory limit once
 void launch_count(const CountParams& params, CUstream_st* stream);
 
-// iser's candidate placements: room-aware at T, HALO-Q, and the slack ladder's four water levels
-// (plan_iser.cuh; each on its own warp and candidate block where the shared memory allows).
-inline constexpr int kIserParallelBlocks = 6;
+// iser's candidate placements: room-aware at T, HALO-Q, the slack ladder's four water levels and
+// the two breadth-first ones (plan_iser.cuh; each on its own warp and candidate block where the
+// shared memory allows).
+inline constexpr int kIserParallelBlocks = 8;
 // The sequential form's candidate blocks: the kept plan, a challenger, and the scratch of a
 // challenger's finish (plan_iser_finish.cuh).
 inline constexpr int kIserSequentialBlocks = 3;
