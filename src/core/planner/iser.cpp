@@ -398,7 +398,7 @@ void plan_iser(const Topology& topo, const CountMatrix& counts, const HaloQOptio
   // ladder's coarsest d), each finished as above and kept only when strictly better, each run
   // only while the best plan so far ends above stop_at. Busiest-first serves the hottest owners
   // until the helper slots run out and can leave an owner just above the water with none (at
-  // S = 2, most of the skew families' misses); breadth-first gives every owner above the water
+  // S = 2 under heavy skew: docs/evaluation.md); breadth-first gives every owner above the water
   // its first broadcast before any gets a second. Compared after finishing, not before: chains
   // and top-up exports change the order of the candidates (docs/design.md §5).
   if (options.iser_breadth_first) {
