@@ -70,10 +70,10 @@ struct GpuPlannerOptions {
   // An expert may be broadcast more than once; rewrite(), plan_rewrite() and the batch forms
   // rewrite such plans as rewrite_tokens does (GpuPlanLayout).
   bool iser = false;
-  // iser: plan the candidates one after the other on one warp (three candidate blocks of shared
+  // iser: plan the candidates one after the other on one warp (two candidate blocks of shared
   // memory) even where every candidate's block fits beside the others, whose warps then plan
-  // them at once. The plans are the same, bit for bit; the sequential form is what large E·P
-  // falls back to, and this switch tests it at any size.
+  // them at once. The plans are the same, bit for bit; the sequential form is what large shapes
+  // fall back to (e.g. P = 64, E = 1024, S = 16, g_min = 1), and this switch tests it at any size.
   bool iser_sequential = false;
 };
 

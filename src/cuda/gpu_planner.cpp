@@ -271,6 +271,10 @@ GpuPlanner::GpuPlanner(const Topology& topo, int max_routes_per_rank,
       if (options.iser_sequential || cuda::plan_smem_bytes(plan_params) > smem_optin - 1024) {
         plan_params.iser_blocks = cuda::kIserSequentialBlocks;
       }
+      ISER_CHECK(cuda::plan_finish_scratch_fits(plan_params),
+                 "GPU planner (internal): P = {}, {} broadcasts: the stage-4 lists cannot hold "
+                 "the finish scratch of iser's sequential form",
+                 P, plan_params.max_broadcasts);
       d.iser_blocks = plan_params.iser_blocks;
     }
     d.plan_smem = cuda::plan_smem_bytes(plan_params);

@@ -10,6 +10,13 @@ int plan_smem_bytes(const PlanParams& params) {
   return static_cast<int>(sizeof(int32_t)) * PlanSmem::for_params(params).total;
 }
 
+bool plan_finish_scratch_fits(const PlanParams& params) {
+  // The sequential iser form finishes a challenger with the stage-4 pair lists as scratch
+  // (plan_iser_finish.cuh): level_chains takes 6 max_broadcasts + 5 P words, top-up P.
+  return PlanSmem::for_params(params).finish_scratch_words >=
+         6 * params.max_broadcasts + 5 * params.num_ranks;
+}
+
 void prepare_plan_kernel(int smem_bytes) {
   for (const void* kernel : {reinterpret_cast<const void*>(plan_kernel<false>),
                              reinterpret_cast<const void*>(plan_kernel<true>)}) {

@@ -10,8 +10,9 @@
 //   1) while warps 6 and 7 finish them (scratch: blocks 2 and 3, free once the kept placement
 //   sits in block 0), then the CPU's two comparisons, and the winner copied into block 0;
 // - sequential (finish_sequential, warp 0): the kept plan finished (scratch: block 1), then each
-//   breadth-first candidate the CPU runs placed, leveled and finished in block 1 (scratch: block
-//   2), copied over block 0 when it wins.
+//   breadth-first candidate the CPU runs placed, leveled and finished in block 1 (scratch: the
+//   stage-4 pair lists, pair_head .. pair_items, which stage 4 writes before it reads them),
+//   copied over block 0 when it wins. So the sequential form needs two candidate blocks only.
 #pragma once
 
 #include "cuda/plan_iser.cuh"
@@ -22,9 +23,9 @@
 
 namespace iser::cuda::plan_detail {
 
-static_assert(kIserSequentialBlocks >= 3 && kIserParallelBlocks >= kIserSequentialBlocks &&
+static_assert(kIserSequentialBlocks >= 2 && kIserParallelBlocks >= kIserSequentialBlocks &&
                   2 + kIserBreadthFirstCandidates <= kIserPlacedCandidates,
-              "the kept plan, a challenger and each finish's scratch have blocks of their own");
+              "the kept plan, a challenger and each finish's scratch have room of their own");
 
 // Candidate block k of st's layout (its first word).
 __device__ __forceinline__ int* candidate_block(const State& st, int k) {
@@ -64,7 +65,9 @@ inline __device__ __noinline__ int finish_sequential(const State st, const PlanP
     start_candidate(challenger, true, lane);
     int num = place(challenger, p, T, candidate_water(k, T), true, lane, /*breadth_first=*/true);
     level_quotas(challenger, num, lane);
-    num = finish_candidate(challenger, num, T, stop_at, p.min_move, candidate_block(st, 2), lane);
+    // NOTE: PlanSmem::finish_scratch_words (pair_head .. pair_items) >= 6 max_broadcasts + 5 P,
+    // what level_chains and top_up_exports take (checked on the host).
+    num = finish_candidate(challenger, num, T, stop_at, p.min_move, st.pair_head, lane);
     const unsigned long long cost = candidate_cost(challenger, num, lane);
     if (cost < cost_kept) {  // ties: the kept plan
       cost_kept = cost;

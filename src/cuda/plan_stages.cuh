@@ -36,7 +36,7 @@ struct PlanSmem {
   int hist, candidates, home_load, load, expert_broadcast, b_expert, b_owner, b_level, b_begin,
       b_size, b_helper, b_mode, b_quota_offset, b_link, quota, buffer_words, order, entry, left,
       spent, host_bits, list_bits, level_table, zero_end, pair_head, rank_code, rotations,
-      pair_items, level_nodes, level_bytes, scalars, total;
+      pair_items, finish_scratch_words, level_nodes, level_bytes, scalars, total;
 
   static PlanSmem make(int P, int E, int C, int max_broadcasts, int S, bool iser = false,
                        int iser_blocks = kIserSequentialBlocks) {
@@ -85,6 +85,7 @@ struct PlanSmem {
     s.rank_code = take(ring_size * P);
     s.rotations = take(ring_size);
     s.pair_items = take(kPairPoolWords);
+    s.finish_scratch_words = at - s.pair_head;  // free before stage 4 (plan_iser_finish.cuh)
     s.level_nodes = take(kMaxLevelNodes);
     s.level_bytes = take((2 * kLevelBufferBytes + 3) / 4);  // two buffers, a byte per node
     s.scalars = take(kScalarWords);

@@ -49,9 +49,8 @@ void launch_count(const CountParams& params, CUstream_st* stream);
 // the two breadth-first ones (plan_iser.cuh; each on its own warp and candidate block where the
 // shared memory allows).
 inline constexpr int kIserParallelBlocks = 8;
-// The sequential form's candidate blocks: the kept plan, a challenger, and the scratch of a
-// challenger's finish (plan_iser_finish.cuh).
-inline constexpr int kIserSequentialBlocks = 3;
+// The sequential form's candidate blocks: the kept plan and a challenger (plan_iser_finish.cuh).
+inline constexpr int kIserSequentialBlocks = 2;
 
 struct PlanParams {
   const int32_t* counts = nullptr;      // [num_plans][P][E]
@@ -81,6 +80,9 @@ struct PlanParams {
 };
 // Dynamic shared memory the plan kernel needs for these parameters (bytes).
 int plan_smem_bytes(const PlanParams& params);
+// True when the stage-4 pair lists hold the scratch of a challenger's finish (iser's sequential
+// form; always, for P <= kGpuMaxRanks and S <= kGpuMaxSlots: checked on every planner).
+bool plan_finish_scratch_fits(const PlanParams& params);
 void prepare_plan_kernel(int smem_bytes);  // raises the kernel's shared-memory limit once
 void launch_plan(const PlanParams& params, CUstream_st* stream);
 

@@ -315,8 +315,44 @@ TEST(GpuPlannerIser, MatchesCpuOnSkewFamilies) {
   EXPECT_GT(breadth_first, 0);
 }
 
+// The largest iser shape: P = 64, E = 1024, S = 16, g_min = 1 (groups of one rank, so up to
+// 1,024 broadcasts): eight candidate blocks do not fit the shared memory, so the planner falls
+// back to the sequential form on its own (two blocks; a challenger's finish takes the stage-4
+// lists as scratch). Heavy power-law counts, GPU == CPU.
+void check_largest_shape() {
+  const Topology topo = Topology::make(64, 1024, 16, 1);
+  GpuPlanner planner(topo, 8192 * 8, iser_variant(0));
+  const int iterations = 4;
+  std::vector<CountMatrix> inputs(iterations);
+  std::vector<int32_t> all;
+  for (int i = 0; i < iterations; ++i) {
+    testing::ZipfOptions z;
+    z.num_ranks = 64;
+    z.num_experts = 1024;
+    z.alpha = 1.0 + 0.2 * i;
+    z.seed = 11 + i;
+    inputs[i] = testing::zipf_counts(z);
+    all.insert(all.end(), inputs[i].data().begin(), inputs[i].data().end());
+  }
+  DeviceBuffer<int32_t> d_counts(all.size());
+  DeviceBuffer<int32_t> d_plans(static_cast<size_t>(iterations) * planner.plan_words());
+  d_counts.upload(all);
+  planner.plan(d_counts.ptr, d_plans.ptr, nullptr, iterations);
+  const auto words = d_plans.download(static_cast<size_t>(iterations) * planner.plan_words());
+  for (int i = 0; i < iterations; ++i) {
+    const std::span<const int32_t> w(words.data() + static_cast<size_t>(i) * planner.plan_words(),
+                                     planner.plan_words());
+    ASSERT_EQ(w[GpuPlanLayout::kStatus], 0) << "input " << i;
+    const Plan gpu = plan_from_words(planner.layout(), w);
+    const Plan cpu = plan_iser(topo, inputs[i], cpu_options(iser_variant(0)));
+    ASSERT_TRUE(gpu == cpu) << "input " << i << ": " << first_difference(gpu, cpu);
+  }
+}
+
 TEST(GpuPlannerIser, SequentialFormMatchesCpu) {
   ISER_REQUIRE_GPUS(1);
+  check_largest_shape();
+  if (HasFailure()) return;
   const int breadth_first = check_skew_families(true);
   if (HasFailure()) return;
   g_iser_breadth_first = 0;
