@@ -10,6 +10,7 @@
 #include <map>
 #include <numeric>
 #include <tuple>
+#include <utility>
 
 #include "core/planner/placement_common.h"
 #include "core/planner/synthetic_counts.h"
@@ -127,17 +128,25 @@ RC_GTEST_PROP(PlannerProps, IserPlansValidateAndNeverLoseToTheReference, ()) {
 // plan_iser's breadth-first candidates (docs/design.md §5) are kept only when strictly better
 // after finishing: the max load with them is never above the max load without them, and where
 // they change the plan it still validates (the property above checks every default plan).
+// plan_iser of c with options, with and without the breadth-first candidates; fails when the
+// max load with them is above the max load without them.
+std::pair<Plan, Plan> plan_with_and_without_breadth_first(const Case& c, HaloQOptions options) {
+  Plan with = plan_iser(c.topo, c.counts, options);
+  options.iser_breadth_first = false;
+  Plan without = plan_iser(c.topo, c.counts, options);
+  RC_ASSERT(*std::max_element(with.loads.begin(), with.loads.end()) <=
+            *std::max_element(without.loads.begin(), without.loads.end()));
+  return {std::move(with), std::move(without)};
+}
+
 RC_GTEST_PROP(PlannerProps, BreadthFirstCandidatesNeverRaiseTheMax, ()) {
   const Case c = *gen_case();
   HaloQOptions options;
   options.min_move = *rc::gen::element(0, 0, 16);
-  const Plan with = plan_iser(c.topo, c.counts, options);
-  options.iser_breadth_first = false;
-  const Plan without = plan_iser(c.topo, c.counts, options);
+  const auto [with, without] = plan_with_and_without_breadth_first(c, options);
   const int32_t max_with = *std::max_element(with.loads.begin(), with.loads.end());
   const int32_t max_without = *std::max_element(without.loads.begin(), without.loads.end());
   RC_CLASSIFY(max_with < max_without, "a breadth-first candidate kept");
-  RC_ASSERT(max_with <= max_without);
   if (max_with == max_without) {
     int32_t copies_with = 0;
     int32_t copies_without = 0;
@@ -163,14 +172,8 @@ RC_GTEST_PROP(PlannerProps, BreadthFirstOnSkewFamiliesValidates, ()) {
   const Case c{Topology::make(P, 256, S),
                make_synthetic(o)->counts(*rc::gen::inRange(0, 2), *rc::gen::inRange(0, 3), P,
                                          *rc::gen::element(512, 2048))};
-  HaloQOptions options;
-  const Plan with = plan_iser(c.topo, c.counts, options);
-  options.iser_breadth_first = false;
-  const Plan without = plan_iser(c.topo, c.counts, options);
-  const int32_t max_with = *std::max_element(with.loads.begin(), with.loads.end());
-  const int32_t max_without = *std::max_element(without.loads.begin(), without.loads.end());
+  const auto [with, without] = plan_with_and_without_breadth_first(c, HaloQOptions{});
   RC_CLASSIFY(!(with == without), "a breadth-first candidate kept");
-  RC_ASSERT(max_with <= max_without);
   ValidationOptions v;
   v.max_exports_per_owner = S;
   v.unique_experts = false;
