@@ -52,6 +52,11 @@ struct HaloQOptions {
   // breadth-first candidates (plan_iser; the GPU planner always does). Off only to measure what
   // they add (tests, ablations).
   bool iser_breadth_first = true;
+  // iser only: where top-up finds no aligned group with room of its own, relay broadcasts into a
+  // group with free helper slots, through whose members chain leveling carries the busiest rank's
+  // routes on (plan_iser; the GPU planner always does). Off only to measure what they add (tests,
+  // ablations).
+  bool iser_relay = true;
 };
 
 // A policy of the HALO-Q family as planner settings: its HaloQOptions (min_move 0, previous

@@ -1,10 +1,11 @@
 // The finish of the `iser` policy's plan on the GPU, bit-exact with the end of plan_iser of the
 // CPU (src/core/planner/iser.cpp; docs/design.md §5): the kept placement (block 0) is leveled
 // along chains of hosts, topped up and, when top-up added a broadcast, leveled along chains
-// again; then, while it still ends above finish_level (T + T/256), the two breadth-first
-// candidates (water level T, then T + T/kIserSlackDivisorCoarsest; plan_iser.cuh), leveled and
-// finished the same way, each replace it when strictly better (lower max load; ties: fewer remote
-// copies). Chains and top-up take a free candidate block as scratch:
+// again, then relay rounds (top-up exports ending with a relay broadcast, and chains); then, while
+// it still ends above finish_level (T + T/256), the two breadth-first candidates (water level T,
+// then T + T/kIserSlackDivisorCoarsest; plan_iser.cuh), leveled and finished the same way, each
+// replace it when strictly better (lower max load; ties: fewer remote copies). Chains and top-up
+// take a free candidate block as scratch:
 // - parallel (finish_parallel, every warp): the breadth-first candidates were placed in blocks 6
 //   and 7 beside the others and leveled in step 2; warp 0 finishes the kept plan (scratch: block
 //   1) while warps 6 and 7 finish them (scratch: blocks 2 and 3, free once the kept placement
@@ -32,10 +33,22 @@ __device__ __forceinline__ int* candidate_block(const State& st, int k) {
   return st.load + k * st.buffer_words;
 }
 
-// One candidate's finish in st's block (one warp, every lane): chains, top-up exports and, when
-// they added a broadcast, chains again, each only while the max load is above stop_at (below it
-// neither changes the plan). `scratch`: a free candidate block. Returns the new number of
-// broadcasts.
+// True when broadcast b's group members hold no quota (one warp, every lane; b's owner is
+// outside its group, as for every top-up broadcast).
+__device__ __forceinline__ bool moves_nothing(const State& st, int b, int lane) {
+  bool moves = false;
+#pragma unroll 1
+  for (int i = lane; i < st.b_size[b]; i += 32)
+    moves = moves || st.quota[st.b_quota_offset[b] + i] > 0;
+  return !__any_sync(PlanConfig::kFullMask, moves);
+}
+
+// One candidate's finish in st's block (one warp, every lane), the CPU's finish_candidate:
+// chains, top-up exports and, when they added a broadcast, chains again; then relay rounds (top-up
+// exports that may end with a relay broadcast, each followed by the chains) until a round adds
+// nothing or no relay broadcast, or the chains leave its relay broadcast unused (removed). Each
+// step only while the max load is above stop_at (below it none changes the plan). `scratch`: a
+// free candidate block. Returns the new number of broadcasts.
 __device__ __forceinline__ int finish_candidate(const State& st, int num_broadcasts, int T,
                                                 int stop_at, int min_move, int* scratch, int lane) {
   int max_load = 0;
@@ -43,9 +56,28 @@ __device__ __forceinline__ int finish_candidate(const State& st, int num_broadca
   for (int r = lane; r < st.P; r += 32) max_load = max(max_load, st.load[r]);
   if (__reduce_max_sync(PlanConfig::kFullMask, max_load) <= stop_at) return num_broadcasts;
   level_chains(st, num_broadcasts, stop_at, scratch, lane);
-  const int topped = top_up_exports(st, num_broadcasts, T, stop_at, min_move, scratch, lane);
+  const int topped =
+      top_up_exports(st, num_broadcasts, T, stop_at, min_move, false, scratch, lane).num_broadcasts;
   if (topped > num_broadcasts) level_chains(st, topped, stop_at, scratch, lane);
-  return topped;
+  num_broadcasts = topped;
+#pragma unroll 1
+  for (int round = 0; round < st.P * st.S; ++round) {
+    const TopUp relay =
+        top_up_exports(st, num_broadcasts, T, stop_at, min_move, true, scratch, lane);
+    if (relay.num_broadcasts == num_broadcasts) break;
+    num_broadcasts = relay.num_broadcasts;
+    level_chains(st, num_broadcasts, stop_at, scratch, lane);
+    if (!relay.relayed) break;
+    const int b = num_broadcasts - 1;
+    if (moves_nothing(st, b, lane)) {
+      // NOTE: its owner holds all hist[e] routes of it, as with e at home (loads unchanged), and
+      // e had no broadcast before it (top-up's choice): removing it restores that.
+      if (lane == 0) st.expert_broadcast[st.b_expert[b]] = -1;
+      __syncwarp();
+      return b;
+    }
+  }
+  return num_broadcasts;
 }
 
 // The sequential form (warp 0, every lane), called only when the kept placement ends above

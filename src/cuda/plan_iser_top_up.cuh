@@ -4,7 +4,10 @@
 // stop_at and owns fewer than S broadcasts, its hottest home expert without a broadcast goes to
 // the aligned group (h outside, every member with a free helper slot) that absorbs the most up to
 // the water level W = T (the GPU plans one team: the CPU's slack-0 team water level is T), filled
-// coldest first; the broadcast is appended to the plan as the placement appends one.
+// coldest first; the broadcast is appended to the plan as the placement appends one. With
+// `relay`, where no such group absorbs anything, a relay broadcast (nothing moved) into the
+// finest such group with the lowest first rank ends the steps (the GPU planner runs the relay
+// rounds always, as options.iser_relay).
 // Scratch: P received-slot counts in a free candidate block (level_chains, given the same block,
 // rebuilds its own scratch there at its start).
 #pragma once
@@ -25,11 +28,13 @@ __device__ __forceinline__ int quota_end(const State& st, int num_broadcasts) {
 
 // Step 3's group: the eligible aligned group without h absorbing the most, min(room, give)
 // (ties: the finer level, then the lower first rank), one lane per group. Returns the group as
-// level << 16 | begin and its absorbed routes in `absorbed` (0: none absorbs anything).
+// level << 16 | begin and its absorbed routes in `absorbed` (0: none absorbs anything), and in
+// `relay_begin` the first rank of the finest level's first eligible group without h (-1: none).
 __device__ __forceinline__ int top_up_group(const State& st, const int* recv, int h, int water,
-                                            int give, int lane, int& absorbed) {
+                                            int give, int lane, int& absorbed, int& relay_begin) {
   int best_absorbed = 0;
   unsigned best_tie = 0;  // larger is better: level << 16 | (0xffff − begin)
+  unsigned first_eligible = ~0u;
   int num_groups = 0;
 #pragma unroll 1
   for (int level = 0; level < st.num_levels; ++level) num_groups += 1 << level;
@@ -54,7 +59,12 @@ __device__ __forceinline__ int top_up_group(const State& st, const int* recv, in
       best_absorbed = a;
       best_tie = tie;
     }
+    if (eligible && level == st.num_levels - 1) {
+      first_eligible = min(first_eligible, static_cast<unsigned>(begin));
+    }
   }
+  first_eligible = __reduce_min_sync(PlanConfig::kFullMask, first_eligible);
+  relay_begin = first_eligible == ~0u ? -1 : static_cast<int>(first_eligible);
   absorbed = static_cast<int>(
       __reduce_max_sync(PlanConfig::kFullMask, static_cast<unsigned>(best_absorbed)));
   const unsigned tie =
@@ -101,12 +111,19 @@ __device__ __forceinline__ int top_up_fill(const State& st, int* recv, int begin
   return moved;
 }
 
+// What top_up_exports did: the new number of broadcasts, and whether the last one is a relay
+// broadcast (the steps then stopped, so the chains decide whether it carries routes).
+struct TopUp {
+  int num_broadcasts;
+  bool relayed;
+};
+
 // One warp, every lane; called only when the max load was above stop_at before the chains.
-// `scratch`: a candidate block of its own. Returns the new number of broadcasts. Out of line,
-// State by value (as level_chains).
-inline __device__ __noinline__ int top_up_exports(const State st, int num_broadcasts, int T,
-                                                  int stop_at, int min_move, int* scratch,
-                                                  int lane) {
+// `scratch`: a candidate block of its own. Out of line, State by value (as level_chains).
+inline __device__ __noinline__ TopUp top_up_exports(const State st, int num_broadcasts, int T,
+                                                    int stop_at, int min_move, bool relay,
+                                                    int* scratch, int lane) {
+  bool relayed = false;
   int* recv = scratch;
 #pragma unroll 1
   for (int r = lane; r < st.P; r += 32) {
@@ -155,21 +172,32 @@ inline __device__ __noinline__ int top_up_exports(const State st, int num_broadc
     const int water = T;
     const int give = min(load_h - water, static_cast<int>(best_hist));
     int absorbed = 0;
-    const int group = top_up_group(st, recv, h, water, give, lane, absorbed);
-    if (absorbed <= 0) break;
-    if (absorbed < min_move) break;  // min_move: no previous plan here, so never resident
-    const int level = group >> 16;
-    const int begin = group & 0xffff;
+    int relay_begin = -1;
+    const int group = top_up_group(st, recv, h, water, give, lane, absorbed, relay_begin);
+    relayed = absorbed <= 0;
+    if (relayed && (!relay || relay_begin < 0)) {
+      relayed = false;
+      break;
+    }
+    // min_move: no previous plan here, so never resident; a relay broadcast is exempt.
+    if (!relayed && absorbed < min_move) break;
+    const int level = relayed ? st.num_levels - 1 : group >> 16;
+    const int begin = relayed ? relay_begin : group & 0xffff;
     const int size = st.P >> level;
     const int offset = quota_end(st, num_broadcasts);
-    if (plan_overflows(st, num_broadcasts, offset, size + 1, lane)) break;
-    // 4. The coldest-first fill; h keeps hist[e] − moved, the broadcast is appended (h outside
-    // the group: its entry follows the members').
+    if (plan_overflows(st, num_broadcasts, offset, size + 1, lane)) {
+      relayed = false;
+      break;
+    }
+    // 4. The coldest-first fill (a relay group's members are all at or above W: they take 0); h
+    // keeps hist[e] − moved, the broadcast is appended (h outside the group: its entry follows
+    // the members').
     const int moved = top_up_fill(st, recv, begin, size, water, give, offset, lane);
     if (moved != absorbed) {  // the fill moves min(room, give): an internal error
       if (lane == 0) {
         atomicOr(reinterpret_cast<unsigned*>(&st.scalars[kStatusWord]), kGpuPlanInvariant);
       }
+      relayed = false;
       break;
     }
     if (lane == 0) {
@@ -180,9 +208,10 @@ inline __device__ __noinline__ int top_up_exports(const State st, int num_broadc
     }
     ++num_broadcasts;
     __syncwarp();
+    if (relayed) break;
   }
   __syncwarp();
-  return num_broadcasts;
+  return {num_broadcasts, relayed};
 }
 
 }  // namespace iser::cuda::plan_detail

@@ -182,6 +182,44 @@ RC_GTEST_PROP(PlannerProps, BreadthFirstOnSkewFamiliesValidates, ()) {
   check_rewrite(c, with);
 }
 
+// plan_iser's relay rounds (docs/design.md §5) start from the finished plan and never raise its
+// max load; the comparisons with the breadth-first candidates run only above the finish's stop
+// level T + T/kIserSlackDivisorFinest, so with them the max load is never above max(the max
+// without them, that level). On the skew families (where relay broadcasts are placed) every plan
+// validates and rewrites conservingly.
+RC_GTEST_PROP(PlannerProps, RelayRoundsNeverEndAboveTheFinishWithout, ()) {
+  const bool skew = *rc::gen::arbitrary<bool>();
+  Case c = *gen_case();
+  if (skew) {
+    SyntheticOptions o;
+    o.kind = *rc::gen::elementOf(trace::skew_family_names());
+    o.num_experts = 256;
+    o.top_k = 8;
+    o.num_layers = 2;
+    o.seed = *rc::gen::inRange<uint64_t>(1, 1000);
+    const int P = *rc::gen::element(8, 16, 32, 64);
+    c = Case{Topology::make(P, 256, *rc::gen::inRange(1, 5)),
+             make_synthetic(o)->counts(*rc::gen::inRange(0, 2), *rc::gen::inRange(0, 3), P,
+                                       *rc::gen::element(512, 2048))};
+  }
+  HaloQOptions options;
+  options.min_move = skew ? 0 : *rc::gen::element(0, 0, 16);
+  const Plan with = plan_iser(c.topo, c.counts, options);
+  options.iser_relay = false;
+  const Plan without = plan_iser(c.topo, c.counts, options);
+  const int32_t max_with = *std::max_element(with.loads.begin(), with.loads.end());
+  const int32_t max_without = *std::max_element(without.loads.begin(), without.loads.end());
+  const int32_t T = with.target;  // one LSA team: the finish's stop level is T + T/d
+  RC_ASSERT(max_with <= std::max(max_without, T + T / kIserSlackDivisorFinest));
+  RC_CLASSIFY(max_with < max_without, "relay lowered the max");
+  ValidationOptions v;
+  v.max_exports_per_owner = c.topo.num_slots;
+  v.unique_experts = false;
+  const auto violations = validate_plan(c.topo, c.counts, with, v);
+  if (!violations.empty()) RC_FAIL(violations[0]);
+  check_rewrite(c, with);
+}
+
 RC_GTEST_PROP(PlannerProps, TokenRewriteMatchesFlowRewrite, ()) {
   // Small shapes: tokens are materialized from the counts.
   const int P = *rc::gen::inRange(2, 17);
@@ -288,8 +326,11 @@ RC_GTEST_PROP(PlannerProps, TopUpKeepsSlotsAndRoutesAndNeverRaisesTheMax, ()) {
   place_iser(c.topo, c.counts, HaloQOptions{}, ws, plan, kIserSlackDivisorCoarsest);
   const Plan before = plan;
   team_water_levels(c.topo, plan.target, 0, home_loads, ws);
-  top_up_exports(c.topo, HaloQOptions{}, 0, ws, plan);
+  const bool relay = *rc::gen::arbitrary<bool>();
+  const bool relayed = top_up_exports(c.topo, HaloQOptions{}, 0, relay, ws, plan);
+  RC_ASSERT(relay || !relayed);
   RC_CLASSIFY(plan.broadcasts.size() > before.broadcasts.size(), "top-up exported");
+  RC_CLASSIFY(relayed, "a relay broadcast");
   RC_ASSERT(std::accumulate(plan.loads.begin(), plan.loads.end(), int64_t{0}) ==
             std::accumulate(before.loads.begin(), before.loads.end(), int64_t{0}));
   RC_ASSERT(*std::max_element(plan.loads.begin(), plan.loads.end()) <=

@@ -155,6 +155,17 @@ inline bool breadth_first_kept(const Topology& topo, const CountMatrix& counts,
 // iser plans compared so far that kept a breadth-first candidate (coverage of that path).
 inline std::atomic<int> g_iser_breadth_first{0};
 
+// True if plan_iser's relay rounds changed `plan` (planned with `options`): the same counts
+// planned without them give another plan.
+inline bool relay_kept(const Topology& topo, const CountMatrix& counts, HaloQOptions options,
+                       const Plan& plan) {
+  options.iser_relay = false;
+  return !(plan_iser(topo, counts, options) == plan);
+}
+
+// iser plans compared so far that the relay rounds changed (coverage of that path).
+inline std::atomic<int> g_iser_relays{0};
+
 inline std::string first_difference(const Plan& gpu, const Plan& cpu) {
   if (gpu.target != cpu.target) return fmt::format("target {} vs {}", gpu.target, cpu.target);
   if (gpu.loads != cpu.loads) return "loads differ";
@@ -258,6 +269,7 @@ inline int run_batch(const Batch& batch, const std::string& label, const BatchMo
     if (iser && chains_moved(topo, expected, cpu, cpu_plan)) ++g_iser_chains;
     if (iser && topped_up(topo, expected, cpu, cpu_plan)) ++g_iser_top_ups;
     if (iser && breadth_first_kept(topo, expected, cpu, cpu_plan)) ++g_iser_breadth_first;
+    if (iser && relay_kept(topo, expected, cpu, cpu_plan)) ++g_iser_relays;
     std::vector<int32_t> want(n);
     for (int s = 0; s < P; ++s) {
       rewrite_tokens(topo, expected, cpu_plan, s, ids.subspan(static_cast<size_t>(s) * n, n),

@@ -141,14 +141,15 @@ TEST(GpuPlannerIser, MatchesCpuOnRandomSkewedTokens) {
   g_iser_chains = 0;
   g_iser_top_ups = 0;
   g_iser_breadth_first = 0;
+  g_iser_relays = 0;
   const int checked = check_random_inputs(iser_variant);
   if (HasFailure()) return;
   RecordProperty("inputs", checked);
   std::printf(
       "GPU iser == CPU plan_iser + rewrite_tokens on %d random inputs (plans and slot ids; %d "
-      "repeat an expert, %d level along chains, %d topped up, %d breadth-first)\n",
+      "repeat an expert, %d level along chains, %d topped up, %d breadth-first, %d relayed)\n",
       checked, g_iser_repeats.load(), g_iser_chains.load(), g_iser_top_ups.load(),
-      g_iser_breadth_first.load());
+      g_iser_breadth_first.load(), g_iser_relays.load());
   if (test_scale() >= 1.0) {
     EXPECT_GE(checked, 100000);
   }
@@ -216,6 +217,7 @@ void check_power_law(const GpuPlannerOptions& options, int num_experts, int slot
       if (options.iser && breadth_first_kept(topo, inputs[i], cpu_options(options), cpu)) {
         ++g_iser_breadth_first;
       }
+      if (options.iser && relay_kept(topo, inputs[i], cpu_options(options), cpu)) ++g_iser_relays;
     }
   }
 }
@@ -231,6 +233,7 @@ TEST(GpuPlannerIser, MatchesCpuOnPowerLawCounts) {
   g_iser_chains = 0;
   g_iser_top_ups = 0;
   g_iser_breadth_first = 0;
+  g_iser_relays = 0;
   // S = 2 with E = 256 is the EP64 heavy-skew setting of docs/evaluation.md; S = 4, E = 384 the
   // default topology.
   for (const auto& [slots, experts] : {std::pair{2, 256}, std::pair{4, 384}}) {
@@ -239,9 +242,9 @@ TEST(GpuPlannerIser, MatchesCpuOnPowerLawCounts) {
   }
   std::printf(
       "GPU iser == CPU plan_iser on power-law counts (%d plans repeat an expert, %d level along "
-      "chains, %d topped up, %d breadth-first)\n",
+      "chains, %d topped up, %d breadth-first, %d relayed)\n",
       g_iser_repeats.load(), g_iser_chains.load(), g_iser_top_ups.load(),
-      g_iser_breadth_first.load());
+      g_iser_breadth_first.load(), g_iser_relays.load());
   // The heavy-skew inputs must reach iser's repeated exports, its chain leveling and its top-up
   // exports (23 of the S = 2 plans at EP16-64 on the CPU), or this test misses those paths.
   if (test_scale() >= 1.0) {
@@ -255,8 +258,8 @@ TEST(GpuPlannerIser, MatchesCpuOnPowerLawCounts) {
 // and 64 (E = 256) and EP72 (E = 288), S = 2, 3 and 4, top-8, τ = 8,192, layer 0 (drift: four
 // iterations), seeds 1 and 2 (seed 1 and S = 2 alone below full test scale); GPU == CPU plan_iser,
 // in the parallel form and in the sequential form (GpuPlannerOptions::iser_sequential). These are
-// the inputs where the breadth-first candidates win (at S = 2 mostly), so they must be reached
-// here.
+// the inputs where the breadth-first candidates win and the relay rounds change plans (at S = 2
+// mostly), so both must be reached here (relayed plans counted in g_iser_relays).
 int check_skew_families(bool sequential) {
   int breadth_first = 0;
   for (const int P : {16, 32, 64, 72}) {
@@ -301,6 +304,7 @@ int check_skew_families(bool sequential) {
                                 << first_difference(gpu, cpu);
         if (!(gpu == cpu)) return breadth_first;
         if (breadth_first_kept(topo, inputs[i], cpu_options(options), cpu)) ++breadth_first;
+        if (relay_kept(topo, inputs[i], cpu_options(options), cpu)) ++g_iser_relays;
       }
     }
   }
@@ -309,10 +313,13 @@ int check_skew_families(bool sequential) {
 
 TEST(GpuPlannerIser, MatchesCpuOnSkewFamilies) {
   ISER_REQUIRE_GPUS(1);
+  g_iser_relays = 0;
   const int breadth_first = check_skew_families(false);
   if (HasFailure()) return;
-  std::printf("GPU iser == CPU plan_iser on the skew families (%d breadth-first)\n", breadth_first);
+  std::printf("GPU iser == CPU plan_iser on the skew families (%d breadth-first, %d relayed)\n",
+              breadth_first, g_iser_relays.load());
   EXPECT_GT(breadth_first, 0);
+  EXPECT_GT(g_iser_relays.load(), 0);
 }
 
 // The largest iser shape: P = 64, E = 1024, S = 16, g_min = 1 (groups of one rank, so up to
@@ -353,18 +360,21 @@ TEST(GpuPlannerIser, SequentialFormMatchesCpu) {
   ISER_REQUIRE_GPUS(1);
   check_largest_shape();
   if (HasFailure()) return;
+  g_iser_relays = 0;
   const int breadth_first = check_skew_families(true);
   if (HasFailure()) return;
+  const int relayed = g_iser_relays.load();
   g_iser_breadth_first = 0;
   GpuPlannerOptions options = iser_variant(0);
   options.iser_sequential = true;
   check_power_law(options, 256, 2, 0.1);
   if (HasFailure()) return;
   std::printf(
-      "GPU iser (sequential form) == CPU plan_iser on the skew families (%d breadth-first) and "
-      "power-law counts (%d breadth-first)\n",
-      breadth_first, g_iser_breadth_first.load());
+      "GPU iser (sequential form) == CPU plan_iser on the skew families (%d breadth-first, %d "
+      "relayed) and power-law counts (%d breadth-first)\n",
+      breadth_first, relayed, g_iser_breadth_first.load());
   EXPECT_GT(breadth_first, 0);
+  EXPECT_GT(relayed, 0);
 }
 
 TEST(GpuPlannerIser, HostSideLimits) {

@@ -27,7 +27,10 @@
 //     groups from the busiest rank to colder hosts of the same broadcast, which the coldest-first
 //     fill to the water level leaves far apart. The kept one is then leveled along chains of
 //     hosts (level_chains, iser_chains.cpp), where one hop stalls, and topped up.
-//  6. Where that plan still ends above T + T/256: two breadth-first candidates (owners with the
+//  6. Still above T + T/256 after top-up: relay rounds (iser_top_up.cpp): a relay broadcast into
+//     a group with free helper slots but no room of its own, through whose members the chains
+//     carry the busiest rank's routes on; removed when the chains leave it unused.
+//  7. Where that plan still ends above T + T/256: two breadth-first candidates (owners with the
 //     fewest broadcasts first), finished the same way, each kept only when strictly better.
 // Quota bookkeeping for an expert broadcast k times: the owner's remaining share sits in the
 // latest broadcast of that expert (earlier ones then hold 0 for the owner); members of each
@@ -317,16 +320,43 @@ void level_quotas(const Topology& topo, PlannerWorkspace& ws, Plan& plan) {
   }
 }
 
+// True when broadcast b's group members hold no quota (b moves nothing: its owner keeps all).
+bool moves_nothing(const Broadcast& b) {
+  for (int m = b.group_begin; m < b.group_begin + b.group_size; ++m) {
+    if (m != b.owner && b.quota[m] > 0) return false;
+  }
+  return true;
+}
+
 // The kept placement's finish (options.iser_chains): chain leveling, top-up exports and, when
 // they added a broadcast, the chains again; each only while the max load is above stop_at.
+// Then (options.iser_relay) relay rounds: top-up exports that may end with a relay broadcast,
+// each followed by the chains; a round that adds nothing or no relay broadcast ends them, and a
+// relay broadcast the chains did not use (its members hold no quota) is removed and ends them.
+// NOTE: the relay rounds start from the plan the finish without them ends with, and neither a
+// relay broadcast (it moves nothing) nor the chains raise the max load: they never end higher.
+// Each kept round adds a broadcast and an owner sends at most S: at most P · S rounds.
 void finish_candidate(const Topology& topo, const HaloQOptions& options, int32_t stop_at,
                       PlannerWorkspace& ws, Plan& plan) {
   if (!options.iser_chains) return;
   level_chains(topo, stop_at, ws, plan);
-  const size_t num_placed = plan.broadcasts.size();
   team_water_levels(topo, plan.target, 0, ws.home_loads, ws);
-  top_up_exports(topo, options, stop_at, ws, plan);
+  const size_t num_placed = plan.broadcasts.size();
+  top_up_exports(topo, options, stop_at, /*relay=*/false, ws, plan);
   if (plan.broadcasts.size() > num_placed) level_chains(topo, stop_at, ws, plan);
+  if (!options.iser_relay) return;
+  for (int round = 0; round < topo.num_ranks * topo.num_slots; ++round) {
+    const size_t num_before = plan.broadcasts.size();
+    const bool relayed = top_up_exports(topo, options, stop_at, /*relay=*/true, ws, plan);
+    if (plan.broadcasts.size() == num_before) return;
+    level_chains(topo, stop_at, ws, plan);
+    if (!relayed) return;
+    if (moves_nothing(plan.broadcasts.back())) {
+      // NOTE: its owner holds all hist[e] routes of it, as when e stayed home: loads unchanged.
+      plan.broadcasts.pop_back();
+      return;
+    }
+  }
 }
 
 }  // namespace
@@ -391,7 +421,8 @@ void plan_iser(const Topology& topo, const CountMatrix& counts, const HaloQOptio
   // hop stalls, while its max load is above the ladder's finest level (below it, the few routes
   // left to gain cost the GPU planner chain steps on most real inputs: docs/design.md §5).
   // Then, still above that level, a busiest rank that exports too little gets one more broadcast
-  // of a home expert into leftover helper slots (top_up_exports), and the chains run again.
+  // of a home expert into leftover helper slots (top_up_exports), and the chains run again; then
+  // the relay rounds (finish_candidate).
   const int32_t stop_at = reachable + reachable / kIserSlackDivisorFinest;
   finish_candidate(topo, options, stop_at, ws, plan);
   // Still above that level: the breadth-first candidates (water level T, then T + T/d for the

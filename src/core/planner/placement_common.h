@@ -60,9 +60,11 @@ void level_chains(const Topology& topo, int32_t stop_at, PlannerWorkspace& ws, P
 // above stop_at and owns fewer than S broadcasts, its hottest home expert without a broadcast
 // goes to the aligned group of its team (h outside, every member with a free helper slot) that
 // absorbs the most up to the team's water level ws.team_water (slack 0), unless it moves fewer
-// than options.min_move routes and would not be resident; the max load never rises. Uses
-// ws.order, recv_used, send_used and members as scratch.
-void top_up_exports(const Topology& topo, const HaloQOptions& options, int32_t stop_at,
+// than options.min_move routes and would not be resident. With `relay`, where no such group
+// absorbs anything, one relay broadcast (no routes moved) into the finest such group with the
+// lowest first rank, after which it stops and returns true (false otherwise). The max load never
+// rises. Uses ws.order, recv_used, send_used and members as scratch.
+bool top_up_exports(const Topology& topo, const HaloQOptions& options, int32_t stop_at, bool relay,
                     PlannerWorkspace& ws, Plan& plan);
 
 }  // namespace iser
