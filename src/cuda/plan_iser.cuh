@@ -138,13 +138,20 @@ __device__ __forceinline__ unsigned long long candidate_cost(const State& st, in
   return (static_cast<unsigned long long>(max_load) << 32) | copies;
 }
 
-// Copies candidate block 1 over block 0 (warp 0): blocks are 16-byte aligned, whole int4s.
+// Copies candidate block k over block 0, `thread` of `num_threads` copying threads: blocks are
+// 16-byte aligned, whole int4s.
+__device__ __forceinline__ void copy_block_to_0(const State& st, int k, int thread,
+                                                int num_threads) {
+  int4* to = reinterpret_cast<int4*>(st.load);
+  const int4* from = reinterpret_cast<const int4*>(st.load + k * st.buffer_words);
+#pragma unroll 1
+  for (int i = thread; i < st.buffer_words / 4; i += num_threads) to[i] = from[i];
+}
+
+// Copies candidate block 1 over block 0 (warp 0).
 __device__ __forceinline__ void keep_block_1(const State& st, int lane) {
   __syncwarp();
-  int4* to = reinterpret_cast<int4*>(st.load);
-  const int4* from = reinterpret_cast<const int4*>(st.load + st.buffer_words);
-#pragma unroll 1
-  for (int i = lane; i < st.buffer_words / 4; i += 32) to[i] = from[i];
+  copy_block_to_0(st, 1, lane, 32);
   __syncwarp();
 }
 
@@ -272,12 +279,7 @@ __device__ __forceinline__ int keep_best_candidate(const State& st, int T, int t
       cost_kept = cost;
     }
   }
-  if (kept != 0) {
-    int4* to = reinterpret_cast<int4*>(st.load);
-    const int4* from = reinterpret_cast<const int4*>(st.load + kept * st.buffer_words);
-#pragma unroll 1
-    for (int i = tid; i < st.buffer_words / 4; i += PlanConfig::kThreads) to[i] = from[i];
-  }
+  if (kept != 0) copy_block_to_0(st, kept, tid, PlanConfig::kThreads);
   max_load = static_cast<int>(cost_kept >> 32);
   return iser_candidates.num[kept];
 }

@@ -154,12 +154,7 @@ __device__ __forceinline__ int finish_parallel(const State& st, const PlanParams
       cost_kept = cost;
     }
   }
-  if (kept != 0) {
-    int4* to = reinterpret_cast<int4*>(st.load);
-    const int4* from = reinterpret_cast<const int4*>(candidate_block(st, kept));
-#pragma unroll 1
-    for (int i = tid; i < st.buffer_words / 4; i += PlanConfig::kThreads) to[i] = from[i];
-  }
+  if (kept != 0) copy_block_to_0(st, kept, tid, PlanConfig::kThreads);
   return iser_candidates.num[kept];
 }
 

@@ -171,6 +171,25 @@ TEST(GpuPlannerIser, MatchesCpuOnRealHistograms) {
   std::printf("GPU iser == CPU plan_iser on %d real-histogram inputs\n", checked);
 }
 
+// Plans `inputs` on the GPU in one batch; returns every input's plan words, input i's at
+// i · planner.plan_words() (plan_of).
+std::vector<int32_t> plan_on_gpu(GpuPlanner& planner, const std::vector<CountMatrix>& inputs) {
+  std::vector<int32_t> all;
+  for (const auto& m : inputs) all.insert(all.end(), m.data().begin(), m.data().end());
+  const size_t words = inputs.size() * planner.plan_words();
+  DeviceBuffer<int32_t> d_counts(all.size());
+  DeviceBuffer<int32_t> d_plans(words);
+  d_counts.upload(all);
+  planner.plan(d_counts.ptr, d_plans.ptr, nullptr, static_cast<int>(inputs.size()));
+  return d_plans.download(words);
+}
+
+std::span<const int32_t> plan_of(const GpuPlanner& planner, const std::vector<int32_t>& words,
+                                 int i) {
+  const auto n = static_cast<size_t>(planner.plan_words());
+  return {words.data() + i * n, n};
+}
+
 // Counts only (zipf_counts of the planner tests): large tau, plans compared. alpha from
 // 0.6 + step * (i % 10): step 0.05 is the HALO-Q range, a larger step reaches the heavy skew
 // where iser exports an expert again and plans its third candidate.
@@ -191,16 +210,9 @@ void check_power_law(const GpuPlannerOptions& options, int num_experts, int slot
       z.iteration = i;
       inputs[i] = testing::zipf_counts(z);
     });
-    std::vector<int32_t> all;
-    for (const auto& m : inputs) all.insert(all.end(), m.data().begin(), m.data().end());
-    DeviceBuffer<int32_t> d_counts(all.size());
-    DeviceBuffer<int32_t> d_plans(static_cast<size_t>(iterations) * planner.plan_words());
-    d_counts.upload(all);
-    planner.plan(d_counts.ptr, d_plans.ptr, nullptr, iterations);
-    const auto words = d_plans.download(static_cast<size_t>(iterations) * planner.plan_words());
+    const auto words = plan_on_gpu(planner, inputs);
     for (int i = 0; i < iterations; ++i) {
-      const std::span<const int32_t> w(words.data() + static_cast<size_t>(i) * planner.plan_words(),
-                                       planner.plan_words());
+      const std::span<const int32_t> w = plan_of(planner, words, i);
       ASSERT_EQ(w[GpuPlanLayout::kStatus], 0);
       const Plan gpu = plan_from_words(planner.layout(), w);
       const Plan cpu = options.iser ? plan_iser(topo, inputs[i], cpu_options(options))
@@ -279,8 +291,6 @@ int check_skew_families(bool sequential) {
         }
       }
     }
-    std::vector<int32_t> all;
-    for (const auto& m : inputs) all.insert(all.end(), m.data().begin(), m.data().end());
     const int n = static_cast<int>(inputs.size());
     for (const int S : {2, 3, 4}) {
       if (S > 2 && test_scale() < 1.0) break;
@@ -288,14 +298,9 @@ int check_skew_families(bool sequential) {
       GpuPlannerOptions options = iser_variant(0);
       options.iser_sequential = sequential;
       GpuPlanner planner(topo, 8192 * 8, options);
-      DeviceBuffer<int32_t> d_counts(all.size());
-      DeviceBuffer<int32_t> d_plans(static_cast<size_t>(n) * planner.plan_words());
-      d_counts.upload(all);
-      planner.plan(d_counts.ptr, d_plans.ptr, nullptr, n);
-      const auto words = d_plans.download(static_cast<size_t>(n) * planner.plan_words());
+      const auto words = plan_on_gpu(planner, inputs);
       for (int i = 0; i < n; ++i) {
-        const std::span<const int32_t> w(
-            words.data() + static_cast<size_t>(i) * planner.plan_words(), planner.plan_words());
+        const std::span<const int32_t> w = plan_of(planner, words, i);
         EXPECT_EQ(w[GpuPlanLayout::kStatus], 0) << "P=" << P << " S=" << S << " input " << i;
         if (w[GpuPlanLayout::kStatus] != 0) return breadth_first;
         const Plan gpu = plan_from_words(planner.layout(), w);
@@ -331,7 +336,6 @@ void check_largest_shape() {
   GpuPlanner planner(topo, 8192 * 8, iser_variant(0));
   const int iterations = 4;
   std::vector<CountMatrix> inputs(iterations);
-  std::vector<int32_t> all;
   for (int i = 0; i < iterations; ++i) {
     testing::ZipfOptions z;
     z.num_ranks = 64;
@@ -339,16 +343,10 @@ void check_largest_shape() {
     z.alpha = 1.0 + 0.2 * i;
     z.seed = 11 + i;
     inputs[i] = testing::zipf_counts(z);
-    all.insert(all.end(), inputs[i].data().begin(), inputs[i].data().end());
   }
-  DeviceBuffer<int32_t> d_counts(all.size());
-  DeviceBuffer<int32_t> d_plans(static_cast<size_t>(iterations) * planner.plan_words());
-  d_counts.upload(all);
-  planner.plan(d_counts.ptr, d_plans.ptr, nullptr, iterations);
-  const auto words = d_plans.download(static_cast<size_t>(iterations) * planner.plan_words());
+  const auto words = plan_on_gpu(planner, inputs);
   for (int i = 0; i < iterations; ++i) {
-    const std::span<const int32_t> w(words.data() + static_cast<size_t>(i) * planner.plan_words(),
-                                     planner.plan_words());
+    const std::span<const int32_t> w = plan_of(planner, words, i);
     ASSERT_EQ(w[GpuPlanLayout::kStatus], 0) << "input " << i;
     const Plan gpu = plan_from_words(planner.layout(), w);
     const Plan cpu = plan_iser(topo, inputs[i], cpu_options(iser_variant(0)));
