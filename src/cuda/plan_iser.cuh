@@ -210,10 +210,13 @@ __device__ __forceinline__ int finish_level(int T) {
   return T + T / kIserSlackDivisorFinest;
 }
 
-// The parallel form's results: each candidate's cost and number of broadcasts.
+// The parallel form's results: each candidate's cost and number of broadcasts; and, during the
+// finish, the first breadth-first candidate whose result the CPU would not compute (the kept plan
+// or an earlier breadth-first one ended at or below finish_level; kIserParallelBlocks: none).
 struct IserCandidates {
   unsigned long long cost[kIserParallelBlocks];
   int num[kIserParallelBlocks];
+  int discard_from;
 };
 static __shared__ IserCandidates iser_candidates;
 
@@ -280,6 +283,7 @@ __device__ __forceinline__ int keep_best_candidate(const State& st, int T, int t
     }
   }
   if (kept != 0) copy_block_to_0(st, kept, tid, PlanConfig::kThreads);
+  if (tid == 0) iser_candidates.discard_from = kIserParallelBlocks;  // the finish follows a barrier
   max_load = static_cast<int>(cost_kept >> 32);
   return iser_candidates.num[kept];
 }

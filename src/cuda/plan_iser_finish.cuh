@@ -48,9 +48,15 @@ __device__ __forceinline__ bool moves_nothing(const State& st, int b, int lane) 
 // exports that may end with a relay broadcast, each followed by the chains) until a round adds
 // nothing or no relay broadcast, or the chains leave its relay broadcast unused (removed). Each
 // step only while the max load is above stop_at (below it none changes the plan). `scratch`: a
-// free candidate block. Returns the new number of broadcasts.
+// free candidate block. `discarded` (the parallel form's breadth-first warps): checked before the
+// finish and each relay round, true once the CPU would not compute this candidate; the finish then
+// stops (its result is never compared, so where it stops does not matter). Returns the new number
+// of broadcasts.
+template <typename Discarded>
 __device__ __forceinline__ int finish_candidate(const State& st, int num_broadcasts, int T,
-                                                int stop_at, int min_move, int* scratch, int lane) {
+                                                int stop_at, int min_move, int* scratch, int lane,
+                                                Discarded&& discarded) {
+  if (discarded()) return num_broadcasts;
   int max_load = 0;
 #pragma unroll 1
   for (int r = lane; r < st.P; r += 32) max_load = max(max_load, st.load[r]);
@@ -61,7 +67,7 @@ __device__ __forceinline__ int finish_candidate(const State& st, int num_broadca
   if (topped > num_broadcasts) level_chains(st, topped, stop_at, scratch, lane);
   num_broadcasts = topped;
 #pragma unroll 1
-  for (int round = 0; round < st.P * st.S; ++round) {
+  for (int round = 0; round < st.P * st.S && !discarded(); ++round) {
     const TopUp relay =
         top_up_exports(st, num_broadcasts, T, stop_at, min_move, true, scratch, lane);
     if (relay.num_broadcasts == num_broadcasts) break;
@@ -86,8 +92,9 @@ __device__ __forceinline__ int finish_candidate(const State& st, int num_broadca
 inline __device__ __noinline__ int finish_sequential(const State st, const PlanParams p, int T,
                                                      int num_placed, int lane) {
   const int stop_at = finish_level(T);
+  const auto never = [] { return false; };
   int num_kept =
-      finish_candidate(st, num_placed, T, stop_at, p.min_move, candidate_block(st, 1), lane);
+      finish_candidate(st, num_placed, T, stop_at, p.min_move, candidate_block(st, 1), lane, never);
   unsigned long long cost_kept = candidate_cost(st, num_kept, lane);
   State challenger = st;
   challenger.use_buffer(1);
@@ -99,7 +106,7 @@ inline __device__ __noinline__ int finish_sequential(const State st, const PlanP
     level_quotas(challenger, num, lane);
     // NOTE: PlanSmem::finish_scratch_words (pair_head .. pair_items) >= 6 max_broadcasts + 5 P,
     // what level_chains and top_up_exports take (checked on the host).
-    num = finish_candidate(challenger, num, T, stop_at, p.min_move, st.pair_head, lane);
+    num = finish_candidate(challenger, num, T, stop_at, p.min_move, st.pair_head, lane, never);
     const unsigned long long cost = candidate_cost(challenger, num, lane);
     if (cost < cost_kept) {  // ties: the kept plan
       cost_kept = cost;
@@ -120,12 +127,26 @@ inline __device__ __noinline__ void finish_candidate_warp(const State st, const 
   // Scratch: block 1 for the kept plan, blocks 2, 3 for the breadth-first ones.
   int* scratch = candidate_block(st, warp == 0 ? 1 : warp - kIserPlacedCandidates + 2);
   const int n0 = warp == 0 ? num_kept : iser_candidates.num[warp];
-  const int n = finish_candidate(mine, n0, T, finish_level(T), p.min_move, scratch, lane);
+  // NOTE: discard_from only falls, and only to a candidate whose result the CPU's comparisons
+  // skip (see below), so a stale read merely finishes a candidate in vain: the plan is the same
+  // whatever the timing. Lane 0 reads it (atomically: another warp writes it) for the warp.
+  const auto discarded = [warp, lane] {
+    int from = 0;
+    if (lane == 0) from = atomicAdd(&iser_candidates.discard_from, 0);
+    return warp != 0 && __shfl_sync(PlanConfig::kFullMask, from, 0) <= warp;
+  };
+  const int stop_at = finish_level(T);
+  const int n = finish_candidate(mine, n0, T, stop_at, p.min_move, scratch, lane, discarded);
   const unsigned long long cost = candidate_cost(mine, n, lane);
   __syncwarp();  // every lane has read num[warp] before lane 0 rewrites it
   if (lane == 0) {
     iser_candidates.cost[warp] = cost;
     iser_candidates.num[warp] = n;
+    // Ended at or below stop_at: the CPU compares no breadth-first candidate after this one (the
+    // kept plan: none; breadth-first candidate k, which then wins: none after k).
+    if (static_cast<int>(cost >> 32) <= stop_at) {
+      atomicMin(&iser_candidates.discard_from, warp == 0 ? kIserPlacedCandidates : warp + 1);
+    }
   }
 }
 
