@@ -14,8 +14,9 @@
 // Count section: one row of tau*k ids (-r sizes) into E bins; events around one graph replay (L2
 // flushed), the in-kernel span (first CTA start to last CTA end, globaltimer) and the per-launch
 // time inside a graph of 100 launches (L2 warm), beside the previous kernel (kept below: ids
-// loaded after the zeroing, two cluster barriers) timed the same way; -o N starts the row N ids
-// past a 16-byte boundary.
+// loaded after the zeroing, two cluster barriers) timed the same way, and the protocol's floor
+// (floor_kern_us: a kernel that only loads the row's ids once and stores a word per thread, one
+// CTA per tile, same timer); -o N starts the row N ids past a 16-byte boundary.
 //
 //   bench_decode_path [-p 8,16,32,64] [-E 384] [-S 4] [-t 256] [-k 8] [-r 49152,1536] [-o 0]
 //                     [-w 20] [-n 400] [-i 8] [-c 1] [-d coding.csv]
@@ -265,6 +266,29 @@ std::vector<int32_t> sample_ids(const Args& args, const std::vector<double>& wei
   return ids;
 }
 
+// The protocol's floor for a count kernel: one CTA of 512 threads per tile, each thread loading
+// its ids of the tile once (kRouteTile / 512 independent loads) and storing one word, one block
+// barrier, the same timer as count_kernel. No histogram: what any kernel that reads the row once
+// pays under this protocol (launch, the first loads from a flushed L2, the store, the barrier).
+__global__ void __launch_bounds__(512)
+    load_floor_kernel(const int32_t* ids, int num_routes, int32_t* out, unsigned long long* timer) {
+  if (timer != nullptr && threadIdx.x == 0)
+    atomicMin(timer, static_cast<unsigned long long>(iser::cuda::globaltimer_ns()));
+  const int begin = static_cast<int>(blockIdx.x) * iser::cuda::kRouteTile;
+  int32_t sum = 0;
+#pragma unroll
+  for (int k = 0; k < iser::cuda::kRouteTile / 512; ++k) {
+    const int i = begin + k * 512 + static_cast<int>(threadIdx.x);
+    if (i < num_routes) sum += ids[i];
+  }
+  out[static_cast<int64_t>(blockIdx.x) * 512 + threadIdx.x] = sum;
+  if (timer != nullptr) {
+    __syncthreads();
+    if (threadIdx.x == 0)
+      atomicMax(timer + 1, static_cast<unsigned long long>(iser::cuda::globaltimer_ns()));
+  }
+}
+
 // Events around one graph replay (L2 flushed) and the in-kernel span of `launch(timer)`:
 // {events us, span us}.
 template <typename Launch>
@@ -302,8 +326,9 @@ bool bench_count(const Args& args, const std::vector<std::vector<double>>& layer
       "bins; events around one graph replay (L2 flushed), in-kernel span (L2 flushed), per "
       "launch in a graph of 100 (L2 warm); median of %d; empty graph %.2f us\n",
       args.count_offset, E, args.iters, floor_us);
-  std::printf("%8s %10s %10s %12s %10s %10s %12s %10s %7s\n", "routes", "new_ev_us", "new_kern_us",
-              "new_graph100", "prev_ev_us", "prev_kern_us", "prev_graph100", "kern_ratio", "check");
+  std::printf("%8s %10s %10s %12s %10s %10s %12s %10s %13s %7s\n", "routes", "new_ev_us",
+              "new_kern_us", "new_graph100", "prev_ev_us", "prev_kern_us", "prev_graph100",
+              "kern_ratio", "floor_kern_us", "check");
   bool ok = true;
   unsigned long long* timer = nullptr;
   uint32_t* error_word = nullptr;
@@ -351,6 +376,15 @@ bool bench_count(const Args& args, const std::vector<std::vector<double>>& layer
     const auto [prev_ev, prev_kern] =
         time_count(args, stream, flush, flush_bytes, timer, launch_prev);
     const auto [new_ev, new_kern] = time_count(args, stream, flush, flush_bytes, timer, launch_new);
+    int32_t* d_floor_out = nullptr;
+    BENCH_CUDA(cudaMalloc(&d_floor_out, sizeof(int32_t) * tiles * 512));
+    const auto launch_floor = [&](unsigned long long* t) {
+      load_floor_kernel<<<tiles, 512, 0, stream>>>(p.topk_ids, routes, d_floor_out, t);
+      BENCH_CUDA(cudaGetLastError());
+    };
+    const double floor_kern =
+        time_count(args, stream, flush, flush_bytes, timer, launch_floor).second;
+    BENCH_CUDA(cudaFree(d_floor_out));
     std::vector<cudaGraphExec_t> g_new100{make_graph(stream, [&] {
       for (int i = 0; i < 100; ++i) launch_new(nullptr);
     })};
@@ -373,8 +407,8 @@ bool bench_count(const Args& args, const std::vector<std::vector<double>>& layer
                         download(d_tiles, want_tiles.size()) == want_tiles &&
                         download(d_prev_tiles, want_tiles.size()) == want_tiles && errors == 0;
     ok = ok && row_ok;
-    std::printf("%8d %10.2f %10.2f %12.2f %10.2f %10.2f %12.2f %10.2f %7s\n", routes, new_ev,
-                new_kern, new100, prev_ev, prev_kern, prev100, prev_kern / new_kern,
+    std::printf("%8d %10.2f %10.2f %12.2f %10.2f %10.2f %12.2f %10.2f %13.2f %7s\n", routes, new_ev,
+                new_kern, new100, prev_ev, prev_kern, prev100, prev_kern / new_kern, floor_kern,
                 row_ok ? "ok" : "FAILED");
     for (auto* g : {&g_new100, &g_prev100}) destroy(*g);
     BENCH_CUDA(cudaFree(d_ids));
