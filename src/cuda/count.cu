@@ -16,6 +16,13 @@ void prepare_count_kernel(int smem_bytes) {
 }
 
 void launch_count(const CountParams& params, CUstream_st* stream) {
+  if (params.num_tiles == 1) {  // decode sizes: the one-tile kernel (count.cuh)
+    const auto smem = static_cast<size_t>(sizeof(int32_t) * params.num_experts);
+    count_tile_kernel<<<dim3(1, static_cast<unsigned>(params.num_rows)), CountTileConfig::kThreads,
+                        smem, stream>>>(params);
+    ISER_CHECK_LAUNCH("count_tile_kernel");
+    return;
+  }
   const int ctas = count_ctas(params.num_tiles);
   cudaLaunchConfig_t config{};
   config.gridDim = dim3(static_cast<unsigned>(ctas), static_cast<unsigned>(params.num_rows));

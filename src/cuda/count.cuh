@@ -4,11 +4,15 @@
 // One thread-block cluster per row: CTA r of a cluster of C (C = min(tiles, 8)) histograms the
 // row's tiles r, r + C, ... in shared memory (one histogram per tile) and stores them to
 // tile_counts; each CTA adds its row sums into the owner of each expert slice through distributed
-// shared memory, and after one cluster barrier the owners store the row. A row of one tile
-// (decode sizes) is one plain CTA whose tile histogram is the row. No global atomics, no zeroing
-// launch, no last-block hand-off: one launch. Every thread loads its ids first (one 16-byte load
-// per tile from the row's first 16-byte boundary, plus at most one id of the tile's unaligned
-// head or tail), so the load latency covers the shared-memory zeroing and the barriers' set-up.
+// shared memory, and after one cluster barrier the owners store the row. No global atomics, no
+// zeroing launch, no last-block hand-off: one launch. Every thread loads its ids first (one
+// 16-byte load per tile from the row's first 16-byte boundary, plus at most one id of the tile's
+// unaligned head or tail), so the load latency covers the shared-memory zeroing and the
+// barriers' set-up.
+// Rows of one tile (decode sizes) take count_tile_kernel instead: one plain CTA per row, four
+// coalesced scalar loads per thread, one histogram that is both the tile row and the row. Under
+// an L2 flush its span is half count_kernel's at one tile (0.99 against 1.95 µs at 1,536 ids on
+// an H200: docs/benchmarks.md), the generic kernel's larger code being fetched from memory.
 #pragma once
 
 #include <cooperative_groups.h>
@@ -112,6 +116,49 @@ __global__ void __launch_bounds__(CountConfig::kThreads) count_kernel(const Coun
     cluster.sync();
     const int end = min(E, (cta + 1) * slice);
     for (int e = cta * slice + tid; e < end; e += CountConfig::kThreads) out[e] = owned[e];
+  }
+  if (p.timer != nullptr) {
+    __syncthreads();
+    if (tid == 0) atomicMax(p.timer + 1, static_cast<unsigned long long>(globaltimer_ns()));
+  }
+}
+
+// Rows of at most one tile (num_routes <= kRouteTile): CTA y counts row y. Same outputs and error
+// bits as count_kernel; tile_counts holds the row again (its one tile).
+struct CountTileConfig {
+  static constexpr int kThreads = 512;
+  static constexpr int kIdsPerThread = kRouteTile / kThreads;
+  static_assert(kRouteTile % kThreads == 0);
+};
+
+__global__ void __launch_bounds__(CountTileConfig::kThreads)
+    count_tile_kernel(const CountParams p) {
+  extern __shared__ __align__(16) int32_t hist[];  // [E]
+  if (p.timer != nullptr && threadIdx.x == 0)
+    atomicMin(p.timer, static_cast<unsigned long long>(globaltimer_ns()));
+  const int tid = static_cast<int>(threadIdx.x);
+  const int row = static_cast<int>(blockIdx.y);
+  const int E = p.num_experts;
+  const int32_t* ids = p.topk_ids + static_cast<int64_t>(row) * p.num_routes;
+  // The loads first: their latency covers the zeroing and the barrier.
+  int32_t id[CountTileConfig::kIdsPerThread];
+#pragma unroll
+  for (int k = 0; k < CountTileConfig::kIdsPerThread; ++k) {
+    const int i = tid + k * CountTileConfig::kThreads;
+    id[k] = i < p.num_routes ? __ldg(ids + i) : -1;
+  }
+  for (int e = tid; e < E; e += CountTileConfig::kThreads) hist[e] = 0;
+  __syncthreads();
+  bool bad = false;
+#pragma unroll
+  for (int k = 0; k < CountTileConfig::kIdsPerThread; ++k) count_id(id[k], E, hist, bad);
+  if (__syncthreads_or(bad) && tid == 0) atomicOr(p.error_word, kGpuBadExpertId);
+  int32_t* out = p.counts + static_cast<int64_t>(row) * E;
+  int32_t* tile_row = p.tile_counts + static_cast<int64_t>(row) * E;  // num_tiles = 1
+  for (int e = tid; e < E; e += CountTileConfig::kThreads) {
+    const int32_t n = hist[e];
+    out[e] = n;
+    tile_row[e] = n;
   }
   if (p.timer != nullptr) {
     __syncthreads();
