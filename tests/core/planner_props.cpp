@@ -72,6 +72,37 @@ void check_rewrite(const Case& c, const Plan& plan) {
   }
 }
 
+// A skew-family invocation (docs/evaluation.md): a random family and seed, E = 256, top-8, P in
+// {8, 16, 32, 64}, S in 1..4, layer 0-1, iteration 0-2, 512 or 2,048 tokens per rank.
+rc::Gen<Case> gen_skew_case() {
+  return rc::gen::exec([] {
+    SyntheticOptions o;
+    o.kind = *rc::gen::elementOf(trace::skew_family_names());
+    o.num_experts = 256;
+    o.top_k = 8;
+    o.num_layers = 2;
+    o.seed = *rc::gen::inRange<uint64_t>(1, 1000);
+    const int P = *rc::gen::element(8, 16, 32, 64);
+    const int S = *rc::gen::inRange(1, 5);
+    return Case{Topology::make(P, 256, S),
+                make_synthetic(o)->counts(*rc::gen::inRange(0, 2), *rc::gen::inRange(0, 3), P,
+                                          *rc::gen::element(512, 2048))};
+  });
+}
+
+// An iser plan validates: owner payloads <= S, an expert may have several (disjoint) groups.
+void check_iser_plan_valid(const Case& c, const Plan& plan) {
+  ValidationOptions v;
+  v.max_exports_per_owner = c.topo.num_slots;
+  v.unique_experts = false;
+  const auto violations = validate_plan(c.topo, c.counts, plan, v);
+  if (!violations.empty()) RC_FAIL(violations[0]);
+}
+
+int32_t max_load(const Plan& plan) {
+  return *std::max_element(plan.loads.begin(), plan.loads.end());
+}
+
 RC_GTEST_PROP(PlannerProps, HaloQFamilyPlansValidateAndRewriteConserves, ()) {
   const Case c = *gen_case();
   HaloQOptions options;
@@ -99,11 +130,7 @@ RC_GTEST_PROP(PlannerProps, IserPlansValidateAndNeverLoseToTheReference, ()) {
   options.min_move = *rc::gen::element(0, 0, 16);
   const Plan plan = plan_iser(c.topo, c.counts, options);
   RC_CLASSIFY(plan.broadcasts.empty(), "no broadcast");
-  ValidationOptions v;
-  v.max_exports_per_owner = c.topo.num_slots;
-  v.unique_experts = false;
-  const auto violations = validate_plan(c.topo, c.counts, plan, v);
-  if (!violations.empty()) RC_FAIL(violations[0]);
+  check_iser_plan_valid(c, plan);
   RC_ASSERT(plan.owner_uses_home_slot);
   // Broadcasts of one expert use pairwise disjoint groups.
   bool twice = false;
@@ -121,8 +148,7 @@ RC_GTEST_PROP(PlannerProps, IserPlansValidateAndNeverLoseToTheReference, ()) {
   check_rewrite(c, plan);
   // Max load never above the reference's (iser keeps the better of two placements).
   const Plan ref = plan_halo_q(c.topo, c.counts, options);
-  RC_ASSERT(*std::max_element(plan.loads.begin(), plan.loads.end()) <=
-            *std::max_element(ref.loads.begin(), ref.loads.end()));
+  RC_ASSERT(max_load(plan) <= max_load(ref));
 }
 
 // plan_iser's breadth-first candidates (docs/design.md §5) are kept only when strictly better
@@ -134,8 +160,7 @@ std::pair<Plan, Plan> plan_with_and_without_breadth_first(const Case& c, HaloQOp
   Plan with = plan_iser(c.topo, c.counts, options);
   options.iser_breadth_first = false;
   Plan without = plan_iser(c.topo, c.counts, options);
-  RC_ASSERT(*std::max_element(with.loads.begin(), with.loads.end()) <=
-            *std::max_element(without.loads.begin(), without.loads.end()));
+  RC_ASSERT(max_load(with) <= max_load(without));
   return {std::move(with), std::move(without)};
 }
 
@@ -144,10 +169,8 @@ RC_GTEST_PROP(PlannerProps, BreadthFirstCandidatesNeverRaiseTheMax, ()) {
   HaloQOptions options;
   options.min_move = *rc::gen::element(0, 0, 16);
   const auto [with, without] = plan_with_and_without_breadth_first(c, options);
-  const int32_t max_with = *std::max_element(with.loads.begin(), with.loads.end());
-  const int32_t max_without = *std::max_element(without.loads.begin(), without.loads.end());
-  RC_CLASSIFY(max_with < max_without, "a breadth-first candidate kept");
-  if (max_with == max_without) {
+  RC_CLASSIFY(max_load(with) < max_load(without), "a breadth-first candidate kept");
+  if (max_load(with) == max_load(without)) {
     int32_t copies_with = 0;
     int32_t copies_without = 0;
     for (const Broadcast& b : with.broadcasts) copies_with += b.remote_copies();
@@ -160,25 +183,10 @@ RC_GTEST_PROP(PlannerProps, BreadthFirstCandidatesNeverRaiseTheMax, ()) {
 // far more often than on gen_case's counts: every plan validates (owner payloads <= S, disjoint
 // groups per expert, quotas summing to the routes) and rewrites conservingly.
 RC_GTEST_PROP(PlannerProps, BreadthFirstOnSkewFamiliesValidates, ()) {
-  const auto names = trace::skew_family_names();
-  SyntheticOptions o;
-  o.kind = *rc::gen::elementOf(names);
-  o.num_experts = 256;
-  o.top_k = 8;
-  o.num_layers = 2;
-  o.seed = *rc::gen::inRange<uint64_t>(1, 1000);
-  const int P = *rc::gen::element(8, 16, 32, 64);
-  const int S = *rc::gen::inRange(1, 5);
-  const Case c{Topology::make(P, 256, S),
-               make_synthetic(o)->counts(*rc::gen::inRange(0, 2), *rc::gen::inRange(0, 3), P,
-                                         *rc::gen::element(512, 2048))};
+  const Case c = *gen_skew_case();
   const auto [with, without] = plan_with_and_without_breadth_first(c, HaloQOptions{});
   RC_CLASSIFY(!(with == without), "a breadth-first candidate kept");
-  ValidationOptions v;
-  v.max_exports_per_owner = S;
-  v.unique_experts = false;
-  const auto violations = validate_plan(c.topo, c.counts, with, v);
-  if (!violations.empty()) RC_FAIL(violations[0]);
+  check_iser_plan_valid(c, with);
   check_rewrite(c, with);
 }
 
@@ -189,34 +197,16 @@ RC_GTEST_PROP(PlannerProps, BreadthFirstOnSkewFamiliesValidates, ()) {
 // validates and rewrites conservingly.
 RC_GTEST_PROP(PlannerProps, RelayRoundsNeverEndAboveTheFinishWithout, ()) {
   const bool skew = *rc::gen::arbitrary<bool>();
-  Case c = *gen_case();
-  if (skew) {
-    SyntheticOptions o;
-    o.kind = *rc::gen::elementOf(trace::skew_family_names());
-    o.num_experts = 256;
-    o.top_k = 8;
-    o.num_layers = 2;
-    o.seed = *rc::gen::inRange<uint64_t>(1, 1000);
-    const int P = *rc::gen::element(8, 16, 32, 64);
-    c = Case{Topology::make(P, 256, *rc::gen::inRange(1, 5)),
-             make_synthetic(o)->counts(*rc::gen::inRange(0, 2), *rc::gen::inRange(0, 3), P,
-                                       *rc::gen::element(512, 2048))};
-  }
+  const Case c = skew ? *gen_skew_case() : *gen_case();
   HaloQOptions options;
   options.min_move = skew ? 0 : *rc::gen::element(0, 0, 16);
   const Plan with = plan_iser(c.topo, c.counts, options);
   options.iser_relay = false;
   const Plan without = plan_iser(c.topo, c.counts, options);
-  const int32_t max_with = *std::max_element(with.loads.begin(), with.loads.end());
-  const int32_t max_without = *std::max_element(without.loads.begin(), without.loads.end());
   const int32_t T = with.target;  // one LSA team: the finish's stop level is T + T/d
-  RC_ASSERT(max_with <= std::max(max_without, T + T / kIserSlackDivisorFinest));
-  RC_CLASSIFY(max_with < max_without, "relay lowered the max");
-  ValidationOptions v;
-  v.max_exports_per_owner = c.topo.num_slots;
-  v.unique_experts = false;
-  const auto violations = validate_plan(c.topo, c.counts, with, v);
-  if (!violations.empty()) RC_FAIL(violations[0]);
+  RC_ASSERT(max_load(with) <= std::max(max_load(without), T + T / kIserSlackDivisorFinest));
+  RC_CLASSIFY(max_load(with) < max_load(without), "relay lowered the max");
+  check_iser_plan_valid(c, with);
   check_rewrite(c, with);
 }
 
@@ -277,13 +267,10 @@ RC_GTEST_PROP(PlannerProps, ChainsKeepRoutesAndNeverRaiseTheMax, ()) {
   level_chains(c.topo, 0, ws, plan);
   const bool moved = plan.loads != before.loads;
   RC_CLASSIFY(moved, "chains moved routes");
-  RC_CLASSIFY(*std::max_element(plan.loads.begin(), plan.loads.end()) <
-                  *std::max_element(before.loads.begin(), before.loads.end()),
-              "max load lowered");
+  RC_CLASSIFY(max_load(plan) < max_load(before), "max load lowered");
   RC_ASSERT(std::accumulate(plan.loads.begin(), plan.loads.end(), int64_t{0}) ==
             std::accumulate(before.loads.begin(), before.loads.end(), int64_t{0}));
-  RC_ASSERT(*std::max_element(plan.loads.begin(), plan.loads.end()) <=
-            *std::max_element(before.loads.begin(), before.loads.end()));
+  RC_ASSERT(max_load(plan) <= max_load(before));
   RC_ASSERT(expert_quotas(plan, c.topo.num_experts) == expert_quotas(before, c.topo.num_experts));
   RC_ASSERT(plan.broadcasts.size() == before.broadcasts.size());
   std::vector<int> latest(c.topo.num_experts, -1);
@@ -333,8 +320,7 @@ RC_GTEST_PROP(PlannerProps, TopUpKeepsSlotsAndRoutesAndNeverRaisesTheMax, ()) {
   RC_CLASSIFY(relayed, "a relay broadcast");
   RC_ASSERT(std::accumulate(plan.loads.begin(), plan.loads.end(), int64_t{0}) ==
             std::accumulate(before.loads.begin(), before.loads.end(), int64_t{0}));
-  RC_ASSERT(*std::max_element(plan.loads.begin(), plan.loads.end()) <=
-            *std::max_element(before.loads.begin(), before.loads.end()));
+  RC_ASSERT(max_load(plan) <= max_load(before));
   RC_ASSERT(plan.broadcasts.size() >= before.broadcasts.size());
   std::vector<int> sent(P, 0);
   std::vector<int> received(P, 0);
