@@ -11,6 +11,9 @@
 //    (an owner sheds at most one expert's routes per broadcast); and the slot budget: for a
 //    target M every owner above it needs broadcasts whose groups can take its excess, each
 //    costing one helper slot per member, and a team has S slots per rank in all;
+//  - the block program (CBC): the integer program aggregated over the finest aligned groups,
+//    where only helper slots, broadcasts and the routes that cross blocks count; it closes the
+//    cases where nearly every slot is needed (src/core/planner/bound_blocks.cpp);
 //  - the integer program over those constraints (CBC, when iser was built with it), started from
 //    iser's plan: solved to optimality, or, at the time limit, its proven dual bound.
 // `upper` is the best plan known (iser's or the solver's); lower == upper proves it optimal.
@@ -26,12 +29,14 @@
 namespace iser {
 
 struct BoundOptions {
-  double time_limit_s = 10.0;  // per count matrix; the solver stops with a proven bound
+  double time_limit_s = 10.0;  // per count matrix (half for the block program, the rest for the
+                               // integer program); the solver stops with a proven bound
   bool use_solver = true;      // false: the combinatorial bound only
 };
 
 enum class BoundMethod {
   kCombinatorial,  // the combinatorial bounds (no solver run, or they already meet a plan)
+  kBlocks,         // the block program: no plan below `lower` (lower == upper: optimal)
   kIpOptimal,      // the integer program solved to optimality: lower == upper
   kIpBound,        // the solver stopped at its time limit: lower is its proven dual bound
 };
@@ -42,6 +47,7 @@ struct PlanBound {
   int64_t lower = 0;             // proven: no valid plan has a max load below this
   std::optional<int64_t> upper;  // max load of the best plan known (iser's or the solver's)
   int64_t combinatorial = 0;     // the combinatorial bound alone
+  int64_t blocks = 0;            // the block program's bound (0: not run)
   double mean_load = 0.0;        // total routes / P
   double r_lower() const { return mean_load > 0 ? lower / mean_load : 1.0; }
   // No plan beats the best one known: lower == upper.

@@ -95,6 +95,10 @@ void run_bound(const BoundArgs& args) {
     fmt::print("  (best plan known: {}, R {:.4f})", *bound.upper, *bound.upper / bound.mean_load);
   fmt::print("\ncombinatorial bound (slot budget included): {}  R >= {:.4f}\n", bound.combinatorial,
              bound.combinatorial / bound.mean_load);
+  if (bound.blocks > 0) {
+    fmt::print("block program (finest groups aggregated): {}  R >= {:.4f}\n", bound.blocks,
+               bound.blocks / bound.mean_load);
+  }
   if (!bound_solver_available()) {
     fmt::print("(built without CBC: install coinor-libcbc-dev and rebuild for the exact bound)\n");
   }
@@ -176,7 +180,7 @@ void print_bound_gaps(const RoutingSource& source, const ReplayResult& result, d
     const Topology topo = Topology::make(P, result.metadata.num_experts, config.num_slots,
                                          config.g_min, config.lsa_size);
     double sum_r = 0;
-    int64_t n = 0, optimal = 0, solver_bound = 0, proven = 0;
+    int64_t n = 0, optimal = 0, solver_bound = 0, blocks = 0, proven = 0;
     for (const int layer : result.layers) {
       for (int64_t it = 0; it < result.iterations_per_ep[i]; ++it) {
         const PlanBound b =
@@ -184,6 +188,7 @@ void print_bound_gaps(const RoutingSource& source, const ReplayResult& result, d
         sum_r += b.r_lower();
         optimal += b.method == BoundMethod::kIpOptimal ? 1 : 0;
         solver_bound += b.method == BoundMethod::kIpBound ? 1 : 0;
+        blocks += b.method == BoundMethod::kBlocks ? 1 : 0;
         proven += b.optimal() ? 1 : 0;
         ++n;
       }
@@ -191,8 +196,9 @@ void print_bound_gaps(const RoutingSource& source, const ReplayResult& result, d
     const double bound_r = n > 0 ? sum_r / static_cast<double>(n) : 1.0;
     fmt::print(out,
                "EP{}: bound R {:.4f} ({} of {} invocations solved to optimality, {} with the "
-               "solver's dual bound, the rest combinatorial{}; proven optimal: {} of {})\n",
-               P, bound_r, optimal, n, solver_bound,
+               "solver's dual bound, {} by the block program, the rest combinatorial{}; proven "
+               "optimal: {} of {})\n",
+               P, bound_r, optimal, n, solver_bound, blocks,
                bound_solver_available() ? "" : "; built without CBC", proven, n);
     for (const PolicySummary& s : result.results) {
       if (s.ep != P) continue;

@@ -31,15 +31,13 @@
 #include "iser/bound.h"
 
 #include <algorithm>
+#include <chrono>
 #include <cmath>
 #include <functional>
 
+#include "bound_internal.h"
 #include "iser/error.h"
 #include "iser/planner.h"
-
-#if defined(ISER_HAVE_CBC)
-#include <coin/Cbc_C_Interface.h>
-#endif
 
 namespace iser {
 
@@ -47,6 +45,8 @@ std::string_view to_string(BoundMethod method) {
   switch (method) {
     case BoundMethod::kCombinatorial:
       return "combinatorial";
+    case BoundMethod::kBlocks:
+      return "blocks";
     case BoundMethod::kIpOptimal:
       return "ip-optimal";
     case BoundMethod::kIpBound:
@@ -63,9 +63,8 @@ bool bound_solver_available() {
 #endif
 }
 
-namespace {
+namespace bound_detail {
 
-// Owner o's min(S, H) hottest home experts with routes (hist descending, ties: smaller id).
 std::vector<int> hottest_home(const Topology& topo, const std::vector<int64_t>& hist, int o) {
   const int H = topo.experts_per_rank();
   std::vector<int> home(static_cast<size_t>(H));
@@ -76,7 +75,6 @@ std::vector<int> hottest_home(const Topology& topo, const std::vector<int64_t>& 
   return home;
 }
 
-// keep[r]: the least load rank r keeps of its own routes, L[r] minus its S largest hist.
 std::vector<int64_t> keep_loads(const Topology& topo, const std::vector<int64_t>& hist,
                                 const std::vector<int64_t>& loads) {
   std::vector<int64_t> keep(loads);
@@ -85,6 +83,13 @@ std::vector<int64_t> keep_loads(const Topology& topo, const std::vector<int64_t>
   }
   return keep;
 }
+
+}  // namespace bound_detail
+
+namespace {
+
+using bound_detail::hottest_home;
+using bound_detail::keep_loads;
 
 int64_t combinatorial_bound(const Topology& topo, const std::vector<int64_t>& hist,
                             const std::vector<int64_t>& loads, int64_t total) {
@@ -392,20 +397,16 @@ bool mip_start(const Topology& topo, const Plan& plan, int64_t plan_max, const C
 }
 
 void solve_program(const Topology& topo, const std::vector<int64_t>& hist,
-                   const std::vector<int64_t>& loads, const Plan& start,
-                   const BoundOptions& options, PlanBound& out) {
+                   const std::vector<int64_t>& loads, const Plan& start, double seconds,
+                   PlanBound& out) {
   const int64_t reachable = *out.upper;  // iser's plan or the home placement
   const int64_t start_max = *std::max_element(start.loads.begin(), start.loads.end());
   const auto keep = keep_loads(topo, hist, loads);
   Program prog;
   const Columns cols = build_program(topo, hist, loads, keep, out.lower, reachable, prog);
 
-  Cbc_Model* model = Cbc_newModel();
-  ISER_CHECK(model != nullptr, "bound: CBC could not create a model");
-  struct Deleter {
-    Cbc_Model* m;
-    ~Deleter() { Cbc_deleteModel(m); }
-  } deleter{model};
+  const bound_detail::CbcModel owned;
+  Cbc_Model* model = owned.get();
   Cbc_loadProblem(model, static_cast<int>(prog.obj.size()), static_cast<int>(prog.row_lb.size()),
                   prog.start.data(), prog.index.data(), prog.value.data(), prog.col_lb.data(),
                   prog.col_ub.data(), prog.obj.data(), prog.row_lb.data(), prog.row_ub.data());
@@ -418,7 +419,7 @@ void solve_program(const Topology& topo, const std::vector<int64_t>& hist,
   }
   Cbc_setObjSense(model, 1);
   Cbc_setLogLevel(model, 0);
-  Cbc_setMaximumSeconds(model, options.time_limit_s);
+  Cbc_setMaximumSeconds(model, seconds);
   // M is integral, so any plan within less than 1 of the dual bound is optimal.
   Cbc_setAllowableGap(model, 0.999);
   Cbc_solve(model);
@@ -471,7 +472,18 @@ PlanBound plan_bound(const Topology& topo, const CountMatrix& counts, const Boun
     return out;  // proven optimal by the combinatorial bounds
   }
 #if defined(ISER_HAVE_CBC)
-  if (options.use_solver) solve_program(topo, hist, loads, start, options, out);
+  if (!options.use_solver) return out;
+  const auto began = std::chrono::steady_clock::now();
+  out.blocks =
+      bound_detail::block_bound(topo, hist, loads, out.lower, reachable, options.time_limit_s / 2);
+  if (out.blocks > out.lower) {
+    out.lower = out.blocks;
+    out.method = BoundMethod::kBlocks;
+  }
+  if (out.lower >= reachable) return out;  // iser's plan is optimal
+  const double spent =
+      std::chrono::duration<double>(std::chrono::steady_clock::now() - began).count();
+  solve_program(topo, hist, loads, start, std::max(options.time_limit_s - spent, 0.01), out);
 #endif
   return out;
 }
