@@ -1,7 +1,7 @@
 #!/usr/bin/env python3
 """Tables of docs/evaluation.md's skew-family section: every skew family x EP x S through
-`iser replay --bound`, as Markdown (R, owner payloads, remote copies, bound, gap per policy, and
-whether the first policy meets the goal, misses it, or no plan can reach it).
+`iser replay --bound`, as Markdown (R, owner payloads, remote copies, bound, the best plan known,
+gap per policy, and whether the first policy meets the goal, misses it, or no plan can reach it).
 
 usage: bench/eval_skew_families.py ISER_BINARY [--bound-seconds 3] [--experts 256 --top-k 8]
        [--ep 16,32,64,72] [--slots 2,3,4] [--families zipf-0.6,...] [--policies iser,halo-q]
@@ -36,9 +36,11 @@ def replay(args, family, slots):
         with open(out_json) as f:
             results = json.load(f)["results"]
     bounds = {}
-    pattern = r"^EP(\d+): bound R ([0-9.]+) \(.*proven optimal: (\d+) of (\d+)\)"
+    pattern = (r"^EP(\d+): bound R ([0-9.]+) \(.*proven optimal: (\d+) of (\d+)\)\n"
+               r"  best plan known +R ([0-9.]+)")
     for m in re.finditer(pattern, text, re.M):
-        bounds[int(m.group(1))] = (float(m.group(2)), int(m.group(3)), int(m.group(4)))
+        bounds[int(m.group(1))] = (float(m.group(2)), int(m.group(3)), int(m.group(4)),
+                                   float(m.group(5)))
     return " ".join(cmd[:-2]), results, bounds
 
 
@@ -46,14 +48,17 @@ def replay(args, family, slots):
 GOALS = {2: 1.02, 4: 1.01}
 
 
-def verdict(r, bound_r, slots):
-    """met / missed / impossible (the proven bound is above the goal: no plan reaches it)."""
+def verdict(r, bound_r, best_r, slots):
+    """met / missed / impossible (the proven bound is above the goal: no plan reaches it);
+    "missed, reachable" when a plan known (the block search's) reaches the goal."""
     goal = GOALS.get(slots)
     if goal is None:
         return "-"
     if r <= goal:
         return "met"
-    return "impossible" if bound_r > goal else "missed"
+    if bound_r > goal:
+        return "impossible"
+    return "missed, reachable" if best_r <= goal else "missed"
 
 
 def main():
@@ -71,8 +76,8 @@ def main():
     p.add_argument("--threads", type=int, default=1)
     args = p.parse_args()
     policies = args.policies.split(",")
-    head = "| family | EP | S | R before | bound R (proven optimal/n) | " + " | ".join(
-        f"{q} R / payloads / copies / gap" for q in policies) + " | goal |"
+    head = ("| family | EP | S | R before | bound R (proven optimal/n) | best plan known R | "
+            + " | ".join(f"{q} R / payloads / copies / gap" for q in policies) + " | goal |")
     print(head)
     print("|" + "---|" * (head.count("|") - 1))
     for family in args.families.split(","):
@@ -81,7 +86,7 @@ def main():
             print(f"<!-- {cmd} -->", file=sys.stderr)
             for ep in [int(e) for e in args.ep.split(",")]:
                 rows = {r["policy"]: r for r in results if r["ep"] == ep}
-                b, opt, n = bounds[ep]
+                b, opt, n, best = bounds[ep]
                 before = next(iter(rows.values()))["mean_r_before"]
                 cells = []
                 for q in policies:
@@ -89,7 +94,8 @@ def main():
                     cells.append(f"{r['mean_r']:.4f} / {r['owner_payloads_max']} / "
                                  f"{r['remote_copies']:.0f} / {r['mean_r'] - b:+.4f}")
                 print(f"| {family} | {ep} | {slots} | {before:.3f} | {b:.4f} ({opt}/{n}) | "
-                      + " | ".join(cells) + f" | {verdict(rows[policies[0]]['mean_r'], b, slots)} |",
+                      f"{best:.4f} | "
+                      + " | ".join(cells) + f" | {verdict(rows[policies[0]]['mean_r'], b, best, slots)} |",
                       flush=True)
 
 

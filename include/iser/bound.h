@@ -24,6 +24,7 @@
 #include <string>
 
 #include "iser/counts.h"
+#include "iser/plan.h"
 #include "iser/topology.h"
 
 namespace iser {
@@ -45,7 +46,10 @@ std::string_view to_string(BoundMethod method);
 struct PlanBound {
   BoundMethod method = BoundMethod::kCombinatorial;
   int64_t lower = 0;             // proven: no valid plan has a max load below this
-  std::optional<int64_t> upper;  // max load of the best plan known (iser's or the solver's)
+  std::optional<int64_t> upper;  // max load of the best plan known (iser's, the block
+                                 // search's or the solver's)
+  std::optional<Plan> plan;      // the block search's plan, when it beat iser's (a valid iser
+                                 // plan: owner payloads <= S, experts possibly sent twice)
   int64_t combinatorial = 0;     // the combinatorial bound alone
   int64_t blocks = 0;            // the block program's bound (0: not run)
   double mean_load = 0.0;        // total routes / P

@@ -9,6 +9,7 @@
 
 #include <gtest/gtest.h>
 
+#include "core/planner/bound_internal.h"
 #include "iser/bound.h"
 #include "iser/planner.h"
 #include "iser/policy.h"
@@ -23,6 +24,16 @@ using testing::expect_error;
 
 int64_t max_load(const Plan& plan) {
   return *std::max_element(plan.loads.begin(), plan.loads.end());
+}
+
+// The block search's plan, when there is one, is a valid iser plan at or above `upper` (equal
+// unless the solver found a better one after it) and not below the bound.
+void check_bound_plan(const Topology& topo, const CountMatrix& counts, const PlanBound& b) {
+  if (!b.plan) return;
+  check_plan(topo, counts, *b.plan, make_policy("iser", topo)->validation());
+  ASSERT_TRUE(b.upper.has_value());
+  EXPECT_LE(*b.upper, max_load(*b.plan));
+  EXPECT_LE(b.lower, max_load(*b.plan));
 }
 
 // One source rank holding `hist` (other rows empty).
@@ -196,6 +207,7 @@ TEST(PlanBound, ExhaustiveOptimumOnTinyShapes) {
       EXPECT_LE(b.combinatorial, optimum);
       EXPECT_LE(b.blocks, optimum);
       EXPECT_LE(b.lower, optimum);
+      check_bound_plan(topo, counts, b);
       blocks_above += b.blocks > b.combinatorial ? 1 : 0;
       ASSERT_TRUE(b.upper.has_value());
       EXPECT_GE(*b.upper, optimum);  // a real plan's max load
@@ -243,6 +255,7 @@ TEST(PlanBound, NoPolicyBeatsItOnFuzzedInputs) {
     options.use_solver = trial % 2 == 0;
     const PlanBound b = plan_bound(topo, counts, options);
     EXPECT_LE(b.combinatorial, b.lower);
+    check_bound_plan(topo, counts, b);
     for (const std::string policy : {"iser", "halo-q", "owner-home", "absorb", "none"}) {
       const auto p = make_policy(policy, topo);
       const PolicyResult r = p->plan(counts);
@@ -273,6 +286,10 @@ TEST(PlanBound, BlockProgramNeverAboveTheOptimum) {
     const PlanBound b = plan_bound(topo, counts);
     EXPECT_LE(b.blocks, optimum);
     EXPECT_LE(b.lower, optimum);
+    check_bound_plan(topo, counts, b);
+    if (b.upper) {
+      EXPECT_GE(*b.upper, optimum);
+    }
     above += b.blocks > b.combinatorial ? 1 : 0;
   }
   EXPECT_GT(above, 0);
@@ -298,6 +315,104 @@ TEST(PlanBound, BlockProgramClosesTheSlotBoundCase) {
   EXPECT_TRUE(b.optimal());
   EXPECT_EQ(b.method, BoundMethod::kBlocks);
   EXPECT_GT(b.r_lower(), 1.08);
+}
+
+// Where every helper slot is needed, which block takes which broadcast decides the max load,
+// and iser's greedy placement can miss it: the block search's plan (a valid iser plan) ends
+// below iser's on these EP72 S = 2 invocations, and proves the optimum where it meets a bound.
+TEST(PlanBound, BlockSearchFindsPlansBelowIsers) {
+  if (!bound_solver_available()) GTEST_SKIP() << "built without CBC";
+  const Topology topo = Topology::make(72, 288, 2);
+  for (const char* family : {"hot-spread", "zipf-0.8"}) {
+    SCOPED_TRACE(family);
+    SyntheticOptions o;
+    o.kind = family;
+    o.num_experts = 288;
+    o.top_k = 8;
+    const CountMatrix counts = make_synthetic(o)->counts(0, 0, 72, 8192);
+    BoundOptions options;
+    options.time_limit_s = 4;  // the plan search needs about 0.25 s of it (2-core CI VM)
+    const PlanBound b = plan_bound(topo, counts, options);
+    ASSERT_TRUE(b.plan.has_value());
+    check_bound_plan(topo, counts, b);
+    EXPECT_LT(max_load(*b.plan), max_load(plan_iser(topo, counts)));
+    if (std::string(family) == "hot-spread") {
+      EXPECT_LE(max_load(*b.plan), b.mean_load * 1.02);  // below the goal iser misses
+    } else {
+      EXPECT_TRUE(b.optimal());  // the bound meets the plan
+    }
+  }
+}
+
+// plan_over (the block search's plans): on random broadcast sets that keep iser's constraints,
+// a valid iser plan whose max load is the least the broadcasts allow, which by Hall's theorem is
+// the largest over expert sets X of (routes of X + home routes that stay on X's hosts) / hosts.
+TEST(PlanBound, PlanOverReachesTheLeastMaxLoad) {
+  std::mt19937 rng(31);
+  for (int trial = 0; trial < 60; ++trial) {
+    const int P = std::array{4, 8}[trial % 2];
+    const int E = 2 * P;
+    const Topology topo = Topology::make(P, E, 2, 2);
+    CountMatrix counts(P, E);
+    for (int s = 0; s < P; ++s) {
+      for (int e = 0; e < E; ++e)
+        counts.at(s, e) = static_cast<int32_t>(rng() % (e % 5 == 0 ? 40 : 6));
+    }
+    // Random broadcasts, each admitted only while every constraint holds.
+    std::vector<bound_detail::BlockBroadcast> chosen;
+    std::vector<int> member(P, 0), exports(P, 0);
+    for (int attempt = 0; attempt < 12; ++attempt) {
+      const int e = static_cast<int>(rng() % E);
+      const int level = static_cast<int>(rng() % topo.num_levels());
+      const int size = topo.group_size(level);
+      const int begin = static_cast<int>(rng() % (P / size)) * size;
+      const int o = topo.owner_of(e);
+      bool fits = exports[o] < 2;
+      for (int r = begin; r < begin + size; ++r) fits = fits && member[r] < 2;
+      for (const auto& b : chosen) {
+        const bool meets = b.group_begin < begin + size && begin < b.group_begin + b.group_size;
+        fits = fits && !(b.expert == e && meets);
+      }
+      if (!fits) continue;
+      chosen.push_back({e, level, begin, size});
+      ++exports[o];
+      for (int r = begin; r < begin + size; ++r) ++member[r];
+    }
+    SCOPED_TRACE(::testing::Message()
+                 << "P=" << P << " trial " << trial << ", " << chosen.size() << " broadcasts");
+    const Plan plan = bound_detail::plan_over(topo, counts, chosen);
+    check_plan(topo, counts, plan, make_policy("iser", topo)->validation());
+    ASSERT_EQ(plan.broadcasts.size(), chosen.size());
+    // Hall: every expert set X needs its hosts to hold its routes and their routes that stay.
+    const auto hist = counts.histogram();
+    const auto home = counts.home_loads(topo);
+    std::vector<int> experts;
+    std::vector<uint32_t> hosts(E, 0);
+    std::vector<int64_t> stays(home.begin(), home.end());
+    for (const auto& b : chosen) {
+      if (hosts[b.expert] == 0) {
+        experts.push_back(b.expert);
+        hosts[b.expert] = 1u << topo.owner_of(b.expert);
+        stays[topo.owner_of(b.expert)] -= hist[b.expert];
+      }
+      hosts[b.expert] |= ((1u << b.group_size) - 1) << b.group_begin;
+    }
+    int64_t least = *std::max_element(stays.begin(), stays.end());
+    for (uint32_t X = 1; X < (1u << experts.size()); ++X) {
+      int64_t routes = 0;
+      uint32_t ranks = 0;
+      for (size_t i = 0; i < experts.size(); ++i) {
+        if (X >> i & 1) {
+          routes += hist[experts[i]];
+          ranks |= hosts[experts[i]];
+        }
+      }
+      for (int r = 0; r < P; ++r) routes += (ranks >> r & 1) ? stays[r] : 0;
+      const int n = std::popcount(ranks);
+      least = std::max(least, (routes + n - 1) / n);
+    }
+    EXPECT_EQ(max_load(plan), least);
+  }
 }
 
 TEST(PlanBound, BadInput) {

@@ -13,6 +13,7 @@
 #include "iser/metrics.h"
 #include "iser/plan_json.h"
 #include "iser/policy.h"
+#include "iser/rewrite.h"
 #include "iser/validator.h"
 
 namespace iser::cli {
@@ -56,6 +57,7 @@ struct BoundArgs {
   int lsa_size = 0;  // 0: one team of P
   double time_limit = 10.0;
   std::string policies = "iser,halo-q";
+  std::string plan_out;  // the block search's plan as JSON, when it found one
 };
 
 CountMatrix read_counts(const std::string& path) {
@@ -114,6 +116,20 @@ void run_bound(const BoundArgs& args) {
     fmt::print("{:<14} {:>9} {:>8.4f} {:>8.4f} {:>9} {:>7}\n", name, max_load, m.r_after,
                m.r_after - bound.r_lower(), m.max_owner_payloads, m.remote_copies);
   }
+  if (!bound.plan) return;
+  // The block search's plan (a valid iser plan below iser's), beside the policies.
+  PolicyResult found;
+  found.plan = *bound.plan;
+  check_plan(topo, counts, found.plan, make_policy("iser", topo)->validation());
+  found.flows = rewrite_flows(topo, counts, found.plan);
+  const InvocationMetrics m = measure_invocation(topo, counts, found);
+  const int32_t max_load = *std::max_element(found.plan.loads.begin(), found.plan.loads.end());
+  fmt::print("{:<14} {:>9} {:>8.4f} {:>8.4f} {:>9} {:>7}\n", "(block search)", max_load, m.r_after,
+             m.r_after - bound.r_lower(), m.max_owner_payloads, m.remote_copies);
+  if (args.plan_out.empty()) return;
+  std::ofstream out(args.plan_out);
+  out << plan_to_json(found.plan).dump() << "\n";
+  ISER_CHECK(out.good(), "cannot write '{}'", args.plan_out);
 }
 
 }  // namespace
@@ -165,6 +181,9 @@ void add_bound_command(CLI::App& app) {
       ->check(CLI::PositiveNumber)
       ->capture_default_str();
   cmd->add_option("--policies", args->policies, "policies to compare")->capture_default_str();
+  cmd->add_option("--plan-out", args->plan_out,
+                  "write the block search's plan as JSON (as `iser plan --json`) when it found one "
+                  "below iser's");
   cmd->callback([args] { run_bound(*args); });
 }
 
@@ -179,13 +198,14 @@ void print_bound_gaps(const RoutingSource& source, const ReplayResult& result, d
     const int P = config.ep_degrees[i];
     const Topology topo = Topology::make(P, result.metadata.num_experts, config.num_slots,
                                          config.g_min, config.lsa_size);
-    double sum_r = 0;
+    double sum_r = 0, sum_best_r = 0;
     int64_t n = 0, optimal = 0, solver_bound = 0, blocks = 0, proven = 0;
     for (const int layer : result.layers) {
       for (int64_t it = 0; it < result.iterations_per_ep[i]; ++it) {
         const PlanBound b =
             plan_bound(topo, source.counts(layer, it, P, config.tokens_per_rank), options);
         sum_r += b.r_lower();
+        sum_best_r += b.upper ? static_cast<double>(*b.upper) / b.mean_load : 1.0;
         optimal += b.method == BoundMethod::kIpOptimal ? 1 : 0;
         solver_bound += b.method == BoundMethod::kIpBound ? 1 : 0;
         blocks += b.method == BoundMethod::kBlocks ? 1 : 0;
@@ -194,12 +214,15 @@ void print_bound_gaps(const RoutingSource& source, const ReplayResult& result, d
       }
     }
     const double bound_r = n > 0 ? sum_r / static_cast<double>(n) : 1.0;
+    const double best_r = n > 0 ? sum_best_r / static_cast<double>(n) : 1.0;
     fmt::print(out,
                "EP{}: bound R {:.4f} ({} of {} invocations solved to optimality, {} with the "
                "solver's dual bound, {} by the block program, the rest combinatorial{}; proven "
                "optimal: {} of {})\n",
                P, bound_r, optimal, n, solver_bound, blocks,
                bound_solver_available() ? "" : "; built without CBC", proven, n);
+    fmt::print(out, "  {:<16} R {:.4f}  (iser's, the block search's or the solver's)\n",
+               "best plan known", best_r);
     for (const PolicySummary& s : result.results) {
       if (s.ep != P) continue;
       fmt::print(out, "  {:<16} R {:.4f}  gap {:+.4f}\n", s.policy, s.mean_r, s.mean_r - bound_r);

@@ -399,7 +399,7 @@ bool mip_start(const Topology& topo, const Plan& plan, int64_t plan_max, const C
 void solve_program(const Topology& topo, const std::vector<int64_t>& hist,
                    const std::vector<int64_t>& loads, const Plan& start, double seconds,
                    PlanBound& out) {
-  const int64_t reachable = *out.upper;  // iser's plan or the home placement
+  const int64_t reachable = *out.upper;  // the best plan known (iser's, the block search's)
   const int64_t start_max = *std::max_element(start.loads.begin(), start.loads.end());
   const auto keep = keep_loads(topo, hist, loads);
   Program prog;
@@ -474,16 +474,22 @@ PlanBound plan_bound(const Topology& topo, const CountMatrix& counts, const Boun
 #if defined(ISER_HAVE_CBC)
   if (!options.use_solver) return out;
   const auto began = std::chrono::steady_clock::now();
-  out.blocks =
-      bound_detail::block_bound(topo, hist, loads, out.lower, reachable, options.time_limit_s / 2);
+  bound_detail::BlockSearch search = bound_detail::block_search(
+      topo, counts, hist, loads, out.lower, reachable, options.time_limit_s / 2);
+  out.blocks = search.lower;
   if (out.blocks > out.lower) {
     out.lower = out.blocks;
     out.method = BoundMethod::kBlocks;
   }
-  if (out.lower >= reachable) return out;  // iser's plan is optimal
+  if (search.plan) {
+    out.upper = *std::max_element(search.plan->loads.begin(), search.plan->loads.end());
+    out.plan = std::move(search.plan);
+  }
+  if (out.lower >= *out.upper) return out;  // the best plan known is optimal
   const double spent =
       std::chrono::duration<double>(std::chrono::steady_clock::now() - began).count();
-  solve_program(topo, hist, loads, start, std::max(options.time_limit_s - spent, 0.01), out);
+  solve_program(topo, hist, loads, out.plan ? *out.plan : start,
+                std::max(options.time_limit_s - spent, 0.01), out);
 #endif
   return out;
 }

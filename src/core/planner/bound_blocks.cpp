@@ -37,6 +37,8 @@ namespace iser::bound_detail {
 
 namespace {
 
+enum class Outcome { kInfeasible, kFeasible, kUnknown };
+
 // One linear row, collected before it goes to CBC.
 struct Row {
   std::vector<int> cols;
@@ -60,13 +62,20 @@ class BlockProgram {
       const int g_first = topo.first_group_of_team(level, first_rank_);
       for (int g = g_first; g < g_first + topo.groups_per_team(level); ++g) {
         const int begin = topo.group_begin(level, g) - first_rank_;
-        groups_.push_back({begin / block_size_, (begin + topo.group_size(level)) / block_size_});
+        groups_.push_back(
+            {begin / block_size_, (begin + topo.group_size(level)) / block_size_, level});
       }
     }
   }
 
   // True when CBC proves that no plan reaches max load M within `seconds`.
   bool infeasible(int64_t M, double seconds) {
+    return solve(M, seconds, /*relays=*/true, nullptr) == Outcome::kInfeasible;
+  }
+
+  // The program at max load M; without relays, a feasible point is a set of hot broadcasts
+  // (appended to `chosen`) that a plan can be built on (bound_plan.cpp).
+  Outcome solve(int64_t M, double seconds, bool relays, std::vector<BlockBroadcast>* chosen) {
     const CbcModel owned;
     Cbc_Model* model = owned.get();
     model_ = model;
@@ -76,6 +85,7 @@ class BlockProgram {
     for (int r = first_rank_; r < team_end; ++r) {
       cap_[r - first_rank_] = std::max<int64_t>(0, M - keep_[r]);
     }
+    x_cols_.clear();
     layers_.assign(num_blocks_, Row{});
     net_.assign(num_blocks_, Row{});
     intake_.assign(num_blocks_, Row{});
@@ -84,10 +94,11 @@ class BlockProgram {
     for (int o = first_rank_; o < team_end; ++o) {
       if (loads_[o] <= M) continue;
       any_hot = true;
-      if (!add_hot_owner(o, M)) return true;  // its hottest experts hold too few routes
+      // Its hottest experts hold too few routes.
+      if (!add_hot_owner(o, M)) return Outcome::kInfeasible;
     }
-    if (!any_hot) return false;
-    for (int b = 0; b < num_blocks_; ++b) add_relay_source(b, M);
+    if (!any_hot) return Outcome::kFeasible;
+    for (int b = 0; b < num_blocks_ && relays; ++b) add_relay_source(b, M);
     for (int b = 0; b < num_blocks_; ++b) {
       int64_t room = 0;
       for (int r = block_begin(b); r < block_begin(b) + block_size_; ++r) room += M - loads_[r];
@@ -102,13 +113,26 @@ class BlockProgram {
     Cbc_setMaximumSeconds(model, std::max(seconds, 0.01));
     Cbc_solve(model);
     const bool stopped = Cbc_isSecondsLimitReached(model) || Cbc_isAbandoned(model);
-    return !stopped &&
-           (Cbc_isProvenInfeasible(model) || Cbc_isInitialSolveProvenPrimalInfeasible(model));
+    if (!stopped &&
+        (Cbc_isProvenInfeasible(model) || Cbc_isInitialSolveProvenPrimalInfeasible(model))) {
+      return Outcome::kInfeasible;
+    }
+    if (Cbc_numberSavedSolutions(model) == 0) return Outcome::kUnknown;
+    if (chosen != nullptr) {
+      const double* x = Cbc_getColSolution(model);
+      for (const XCol& c : x_cols_) {
+        if (x[c.col] < 0.5) continue;
+        const Group& g = groups_[c.group];
+        chosen->push_back({c.expert, g.level, block_begin(g.first_block),
+                           (g.end_block - g.first_block) * block_size_});
+      }
+    }
+    return Outcome::kFeasible;
   }
 
  private:
   struct Group {
-    int first_block, end_block;
+    int first_block, end_block, level;
     bool contains(int b) const { return first_block <= b && b < end_block; }
   };
 
@@ -152,12 +176,14 @@ class BlockProgram {
     for (const int e : top) {
       const auto h = static_cast<double>(hist_[e]);
       std::vector<Row> cover(num_blocks_), disjoint(num_blocks_);
-      for (const Group& g : groups_) {
+      for (size_t gi = 0; gi < groups_.size(); ++gi) {
+        const Group& g = groups_[gi];
         // A group of the owner alone moves nothing.
         if (block_size_ == 1 && g.end_block - g.first_block == 1 && g.first_block == home_block) {
           continue;
         }
         const int x = add_col(0, 1, true);
+        x_cols_.push_back({x, e, static_cast<int>(gi)});
         exports.add(x, 1);
         count_layers(x, g);
         for (int b = g.first_block; b < g.end_block; ++b) {
@@ -237,7 +263,11 @@ class BlockProgram {
   const std::vector<int64_t>& loads_;
   const std::vector<int64_t>& keep_;
   int block_size_ = 1, first_rank_ = 0, num_blocks_ = 0;
+  struct XCol {
+    int col, expert, group;
+  };
   std::vector<Group> groups_;
+  std::vector<XCol> x_cols_;
   Cbc_Model* model_ = nullptr;
   int num_cols_ = 0;
   std::vector<int64_t> cap_;
@@ -247,45 +277,81 @@ class BlockProgram {
 
 }  // namespace
 
-int64_t block_bound(const Topology& topo, const std::vector<int64_t>& hist,
-                    const std::vector<int64_t>& loads, int64_t lower, int64_t reachable,
-                    double seconds) {
-  if (topo.num_slots == 0 || lower >= reachable) return lower;
+BlockSearch block_search(const Topology& topo, const CountMatrix& counts,
+                         const std::vector<int64_t>& hist, const std::vector<int64_t>& loads,
+                         int64_t lower, int64_t reachable, double seconds) {
+  BlockSearch out{lower, std::nullopt};
+  if (topo.num_slots == 0 || lower >= reachable) return out;
   using Clock = std::chrono::steady_clock;
-  const auto deadline = Clock::now() + std::chrono::duration<double>(seconds);
+  const auto began = Clock::now();
+  auto left = [&](double share) {
+    return share * seconds - std::chrono::duration<double>(Clock::now() - began).count();
+  };
   const auto keep = keep_loads(topo, hist, loads);
   std::vector<BlockProgram> teams;
   for (int t = 0; t < topo.num_teams(); ++t) teams.emplace_back(topo, hist, loads, keep, t);
-  // True only when proven; a check past the deadline proves nothing.
+  // The bound, in the first half of the time. True only when proven; a check past its share
+  // of the time proves nothing.
   auto unreachable = [&](int64_t M) {
     for (BlockProgram& team : teams) {
-      const double left = std::chrono::duration<double>(deadline - Clock::now()).count();
-      if (left <= 0) return false;
-      if (team.infeasible(M, left)) return true;
+      if (left(0.5) <= 0) return false;
+      if (team.infeasible(M, left(0.5))) return true;
     }
     return false;
   };
-  // The plan known is often optimal: one check proves it. Then the bisection keeps
-  // `lo` unreachable (proven, or the given bound minus one) and `hi` not ruled out.
-  if (unreachable(reachable - 1)) return reachable;
-  if (!unreachable(lower)) return lower;
-  int64_t lo = lower, hi = reachable - 1;
-  while (hi - lo > 1 && Clock::now() < deadline) {
-    const int64_t mid = lo + (hi - lo) / 2;
-    if (unreachable(mid)) {
-      lo = mid;
-    } else {
-      hi = mid;
+  // The plan known is often optimal: one check proves it. Then the bisection keeps `lo`
+  // unreachable (proven, or the given bound minus one) and `hi` not ruled out.
+  if (unreachable(reachable - 1)) {
+    out.lower = reachable;
+    return out;
+  }
+  int64_t lo = lower - 1, hi = reachable - 1;
+  if (unreachable(lower)) {
+    lo = lower;
+    while (hi - lo > 1 && left(0.5) > 0) {
+      const int64_t mid = lo + (hi - lo) / 2;
+      if (unreachable(mid)) {
+        lo = mid;
+      } else {
+        hi = mid;
+      }
     }
   }
-  return lo + 1;
+  out.lower = lo + 1;
+  // A plan, in the rest of the time: the program without relays at a max load M gives hot
+  // broadcasts, and plan_over the best quotas over them (not always <= M: the program is a
+  // relaxation). M is bisected between the bound and the best plan known.
+  int64_t best = reachable;
+  lo = out.lower - 1;
+  hi = reachable;
+  while (hi - lo > 1 && left(1.0) > 0) {
+    const int64_t mid = lo + (hi - lo) / 2;
+    std::vector<BlockBroadcast> chosen;
+    bool feasible = true;
+    for (BlockProgram& team : teams) {
+      feasible = feasible && left(1.0) > 0 &&
+                 team.solve(mid, left(1.0), /*relays=*/false, &chosen) == Outcome::kFeasible;
+    }
+    if (!feasible) {
+      lo = mid;
+      continue;
+    }
+    hi = mid;
+    Plan plan = plan_over(topo, counts, chosen);
+    const int64_t max_load = *std::max_element(plan.loads.begin(), plan.loads.end());
+    if (max_load < best) {
+      best = max_load;
+      out.plan = std::move(plan);
+    }
+  }
+  return out;
 }
 
 #else
 
-int64_t block_bound(const Topology&, const std::vector<int64_t>&, const std::vector<int64_t>&,
-                    int64_t lower, int64_t, double) {
-  return lower;
+BlockSearch block_search(const Topology&, const CountMatrix&, const std::vector<int64_t>&,
+                         const std::vector<int64_t>&, int64_t lower, int64_t, double) {
+  return {lower, std::nullopt};
 }
 
 #endif
