@@ -173,8 +173,13 @@ class BlockProgram {
     }
     const int home_block = block_of(o);
     Row exports, shed;
+    // What e's routes can take of each block: its hist, and the cap of o's fellow members.
+    std::vector<double> reach(num_blocks_);
     for (const int e : top) {
       const auto h = static_cast<double>(hist_[e]);
+      for (int b = 0; b < num_blocks_; ++b) {
+        reach[b] = std::min(h, static_cast<double>(block_cap(b, o)));
+      }
       std::vector<Row> cover(num_blocks_), disjoint(num_blocks_);
       for (size_t gi = 0; gi < groups_.size(); ++gi) {
         const Group& g = groups_[gi];
@@ -188,12 +193,12 @@ class BlockProgram {
         count_layers(x, g);
         for (int b = g.first_block; b < g.end_block; ++b) {
           disjoint[b].add(x, 1);
-          cover[b].add(x, -std::min(h, static_cast<double>(block_cap(b, o))));
+          cover[b].add(x, -reach[b]);
         }
       }
       Row routes;
       for (int b = 0; b < num_blocks_; ++b) {
-        const int f = add_col(0, std::min(h, static_cast<double>(block_cap(b, o))), false);
+        const int f = add_col(0, reach[b], false);
         cover[b].add(f, 1);
         routes.add(f, 1);
         shed.add(f, 1);
