@@ -57,6 +57,10 @@ struct HaloQOptions {
   // routes on (plan_iser; the GPU planner always does). Off only to measure what they add (tests,
   // ablations).
   bool iser_relay = true;
+  // iser only: when the finished plan still ends above T + T/kIserSlackDivisorFinest after the
+  // breadth-first candidates, try the finest ladder (plan_iser; the GPU planner always does). Off
+  // only to measure what it adds (tests, ablations).
+  bool iser_finest_ladder = true;
 };
 
 // A policy of the HALO-Q family as planner settings: its HaloQOptions (min_move 0, previous
@@ -148,6 +152,11 @@ inline constexpr int kIserLevelSteps = 2;
 // while its max load is above T + T/kIserSlackDivisorFinest, for at most kIserChainSteps · P
 // steps.
 inline constexpr int kIserChainSteps = 1;
+// Water levels of the finest ladder (plan_iser): candidates restricted to the finest aligned
+// groups, for inputs whose helper slots run out (at most 1/kIserFinestLadderFreeDivisor of them
+// free in the plan before it).
+inline constexpr int kIserFinestLadderSteps = 4;
+inline constexpr int kIserFinestLadderFreeDivisor = 8;
 void plan_iser(const Topology& topo, const CountMatrix& counts, const HaloQOptions& options,
                PlannerWorkspace& ws, Plan& plan);
 Plan plan_iser(const Topology& topo, const CountMatrix& counts, const HaloQOptions& options = {});

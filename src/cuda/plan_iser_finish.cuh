@@ -14,6 +14,10 @@
 //   breadth-first candidate the CPU runs placed, leveled and finished in block 1 (scratch: the
 //   stage-4 pair lists, pair_head .. pair_items, which stage 4 writes before it reads them),
 //   copied over block 0 when it wins. So the sequential form needs two candidate blocks only.
+// Then, still above finish_level with the helper slots nearly spent, the finest ladder
+// (finest_ladder, warp 0, both forms): the room-aware placement on the finest groups only at
+// kIserFinestLadderSteps water levels, each placed, leveled and finished in block 1 and copied
+// over block 0 when strictly better.
 #pragma once
 
 #include "cuda/plan_iser.cuh"
@@ -86,6 +90,131 @@ __device__ __forceinline__ int finish_candidate(const State& st, int num_broadca
   return num_broadcasts;
 }
 
+// The slot budget's water level (slot_budget_water of the CPU, one team; every lane returns it):
+// with B = P · S / g < P (g: the finest group size), the home load at position B of the ranks
+// sorted busiest first (rank r is there when fewer than B + 1 loads are above its own and more
+// than B are at least as high); 0 when B >= P.
+__device__ __forceinline__ int slot_budget_water(const State& st, int lane) {
+  const int P = st.P;
+  const int budget = P * st.S / (P >> (st.num_levels - 1));
+  if (budget >= P) return 0;
+  int value = 0;
+#pragma unroll 1
+  for (int r = lane; r < P; r += 32) {
+    const int own = st.home_load[r];
+    int above = 0;
+    int at_least = 0;
+#pragma unroll 1
+    for (int j = 0; j < P; ++j) {
+      const int x = st.home_load[j];
+      above += x > own ? 1 : 0;
+      at_least += x >= own ? 1 : 0;
+    }
+    if (above <= budget && budget < at_least) value = own;
+  }
+  return static_cast<int>(__reduce_max_sync(PlanConfig::kFullMask, static_cast<unsigned>(value)));
+}
+
+// Where the finest ladder starts (the end of plan_iser; one warp, every lane): it runs where the
+// kept plan (st's block, num_kept broadcasts) ends above finish_level with its helper slots
+// nearly spent (the CPU's slots_nearly_spent, one team: at most 1/kIserFinestLadderFreeDivisor
+// of them free), over water levels W_j = lowest + (top − lowest) · j /
+// kIserFinestLadderSteps (lowest = max(T, the slot budget's water level), top = the kept plan's
+// max load); each rung, room-aware placement on the finest groups only, is leveled and finished
+// and replaces the kept plan when strictly better (lower max load; ties: fewer remote copies).
+struct LadderStart {
+  unsigned long long cost_kept = 0;  // the kept plan's candidate_cost
+  int lowest = 0;
+  int top = 0;
+  bool run = false;
+
+  __device__ __forceinline__ int water(int j) const {
+    return lowest +
+           static_cast<int>(static_cast<long long>(top - lowest) * j / kIserFinestLadderSteps);
+  }
+};
+
+__device__ __forceinline__ LadderStart ladder_start(const State& st, int T, int num_kept,
+                                                    int lane) {
+  LadderStart l;
+  l.cost_kept = candidate_cost(st, num_kept, lane);
+  l.top = static_cast<int>(l.cost_kept >> 32);
+  if (l.top <= finish_level(T)) return l;
+  int used = 0;
+#pragma unroll 1
+  for (int b = lane; b < num_kept; b += 32) used += st.b_size[b];
+  used = static_cast<int>(__reduce_add_sync(PlanConfig::kFullMask, static_cast<unsigned>(used)));
+  if ((st.P * st.S - used) * kIserFinestLadderFreeDivisor > st.P * st.S) return l;
+  l.lowest = max(T, slot_budget_water(st, lane));
+  l.run = l.lowest < l.top;
+  return l;
+}
+
+// One rung of the ladder in `mine`'s block (one warp, every lane): placed at `water` on the
+// finest groups, leveled, finished (scratch: a free block or the stage-4 pair lists). Returns
+// its number of broadcasts.
+__device__ __forceinline__ int ladder_rung(const State& mine, const PlanParams& p, int T, int water,
+                                           int* scratch, int lane) {
+  start_candidate(mine, true, lane);
+  const int num = place(mine, p, T, water, true, lane, /*breadth_first=*/false,
+                        /*finest_only=*/true);
+  level_quotas(mine, num, lane);
+  return finish_candidate(mine, num, T, finish_level(T), p.min_move, scratch, lane,
+                          [] { return false; });
+}
+
+// The sequential form's ladder (warp 0, every lane): the rungs one after the other in block 1,
+// each copied over block 0 when strictly better. Returns the kept plan's number of broadcasts.
+// Out of line, State and PlanParams by value (as finish_sequential).
+inline __device__ __noinline__ int finest_ladder(const State st, const PlanParams p, int T,
+                                                 int num_kept, int lane) {
+  const LadderStart l = ladder_start(st, T, num_kept, lane);
+  if (!l.run) return num_kept;
+  unsigned long long cost_kept = l.cost_kept;
+  State challenger = st;
+  challenger.use_buffer(1);
+#pragma unroll 1
+  for (int j = 0; j < kIserFinestLadderSteps; ++j) {
+    // NOTE: PlanSmem::finish_scratch_words (pair_head .. pair_items) >= 6 max_broadcasts + 5 P,
+    // what level_chains and top_up_exports take (checked on the host).
+    const int num = ladder_rung(challenger, p, T, l.water(j), st.pair_head, lane);
+    const unsigned long long cost = candidate_cost(challenger, num, lane);
+    if (cost < cost_kept) {  // ties: the kept plan
+      cost_kept = cost;
+      num_kept = num;
+      keep_block_1(st, lane);
+    }
+  }
+  return num_kept;
+}
+
+// The parallel form's ladder, by warp w = 1 .. kIserFinestLadderSteps (every lane), after a block
+// barrier that follows the finish (the kept plan in block 0, num_kept broadcasts): rung w − 1 in
+// block w, scratch block w + kIserFinestLadderSteps (the last rung: the stage-4 pair lists); its
+// cost (the largest key when the ladder does not run) and size to iser_candidates. Every ladder
+// warp computes the same LadderStart. Out of line, State and PlanParams by value.
+static_assert(2 * kIserFinestLadderSteps <= kIserParallelBlocks,
+              "the ladder's rungs and all but one of their scratch areas fit the candidate blocks");
+inline __device__ __noinline__ void ladder_rung_warp(const State st, const PlanParams p, int T,
+                                                     int num_kept, int warp, int lane) {
+  const LadderStart l = ladder_start(st, T, num_kept, lane);
+  unsigned long long cost = ~0ull;
+  int num = 0;
+  if (l.run) {
+    State mine = st;
+    mine.use_buffer(warp);
+    int* scratch = warp < kIserFinestLadderSteps
+                       ? candidate_block(st, warp + kIserFinestLadderSteps)
+                       : st.pair_head;
+    num = ladder_rung(mine, p, T, l.water(warp - 1), scratch, lane);
+    cost = candidate_cost(mine, num, lane);
+  }
+  if (lane == 0) {
+    iser_candidates.cost[warp] = cost;
+    iser_candidates.num[warp] = num;
+  }
+}
+
 // The sequential form (warp 0, every lane), called only when the kept placement ends above
 // finish_level. Returns the kept plan's number of broadcasts. Out of line, State and PlanParams
 // by value (as place_iser_sequential).
@@ -114,7 +243,8 @@ inline __device__ __noinline__ int finish_sequential(const State st, const PlanP
       keep_block_1(st, lane);
     }
   }
-  return num_kept;
+  // The finest ladder (its rungs in block 1, the pair lists as scratch).
+  return finest_ladder(st, p, T, num_kept, lane);
 }
 
 // The parallel form, step A (warp 0 and the breadth-first warps, every lane): warp 0 finishes
@@ -176,7 +306,24 @@ __device__ __forceinline__ int finish_parallel(const State& st, const PlanParams
     }
   }
   if (kept != 0) copy_block_to_0(st, kept, tid, PlanConfig::kThreads);
-  return iser_candidates.num[kept];
+  const int num = iser_candidates.num[kept];
+  // The finest ladder: its rungs at once on warps 1 .. kIserFinestLadderSteps, then the CPU's
+  // comparisons in rung order (a rung is kept only when strictly better).
+  __syncthreads();  // block 0 holds the finished plan; every thread has read num
+  if (warp >= 1 && warp <= kIserFinestLadderSteps) ladder_rung_warp(st, p, T, num, warp, lane);
+  __syncthreads();
+  int rung = 0;
+#pragma unroll 1
+  for (int w = 1; w <= kIserFinestLadderSteps; ++w) {
+    const unsigned long long cost = iser_candidates.cost[w];
+    if (cost < cost_kept) {
+      rung = w;
+      cost_kept = cost;
+    }
+  }
+  if (rung == 0) return num;
+  copy_block_to_0(st, rung, tid, PlanConfig::kThreads);
+  return iser_candidates.num[rung];
 }
 
 }  // namespace iser::cuda::plan_detail

@@ -157,6 +157,9 @@ RC_GTEST_PROP(PlannerProps, IserPlansValidateAndNeverLoseToTheReference, ()) {
 // plan_iser of c with options, with and without the breadth-first candidates; fails when the
 // max load with them is above the max load without them.
 std::pair<Plan, Plan> plan_with_and_without_breadth_first(const Case& c, HaloQOptions options) {
+  // The finest ladder starts from the plan before it: off in both, so that it cannot favour
+  // either side.
+  options.iser_finest_ladder = false;
   Plan with = plan_iser(c.topo, c.counts, options);
   options.iser_breadth_first = false;
   Plan without = plan_iser(c.topo, c.counts, options);
@@ -200,12 +203,30 @@ RC_GTEST_PROP(PlannerProps, RelayRoundsNeverEndAboveTheFinishWithout, ()) {
   const Case c = skew ? *gen_skew_case() : *gen_case();
   HaloQOptions options;
   options.min_move = skew ? 0 : *rc::gen::element(0, 0, 16);
+  options.iser_finest_ladder = false;  // it starts from the plan before it (see above)
   const Plan with = plan_iser(c.topo, c.counts, options);
   options.iser_relay = false;
   const Plan without = plan_iser(c.topo, c.counts, options);
   const int32_t T = with.target;  // one LSA team: the finish's stop level is T + T/d
   RC_ASSERT(max_load(with) <= std::max(max_load(without), T + T / kIserSlackDivisorFinest));
   RC_CLASSIFY(max_load(with) < max_load(without), "relay lowered the max");
+  check_iser_plan_valid(c, with);
+  check_rewrite(c, with);
+}
+
+// plan_iser's finest ladder (docs/design.md §5) keeps a candidate only when strictly better: the
+// max load with it is never above the max load without it (ties: no more remote copies). On the
+// skew families every plan validates and rewrites conservingly.
+RC_GTEST_PROP(PlannerProps, FinestLadderNeverRaisesTheMax, ()) {
+  const bool skew = *rc::gen::arbitrary<bool>();
+  const Case c = skew ? *gen_skew_case() : *gen_case();
+  HaloQOptions options;
+  options.min_move = skew ? 0 : *rc::gen::element(0, 0, 16);
+  const Plan with = plan_iser(c.topo, c.counts, options);
+  options.iser_finest_ladder = false;
+  const Plan without = plan_iser(c.topo, c.counts, options);
+  RC_ASSERT(max_load(with) <= max_load(without));
+  RC_CLASSIFY(max_load(with) < max_load(without), "the finest ladder lowered the max");
   check_iser_plan_valid(c, with);
   check_rewrite(c, with);
 }

@@ -3,6 +3,7 @@
 #include <gtest/gtest.h>
 
 #include "core/planner/placement_common.h"
+#include "iser/bound.h"
 #include "iser/error.h"
 #include "iser/plan_json.h"
 #include "iser/planner.h"
@@ -397,25 +398,27 @@ TEST(IserRelay, RelayBroadcastWhereNoGroupHasRoom) {
   EXPECT_EQ(plan.broadcasts[1].quota, (std::vector<int32_t>{4, 0, 3, 3}));
 }
 
-// The max loads of plan_iser on layer 0, iteration 0 of skew family `kind` (E = 256, top-8,
-// τ = 8,192, seed 1) at EP P with S = 2: with `options` and with the switch `off` also cleared.
+// The max loads of plan_iser on layer 0, iteration 0 of skew family `kind` (E experts, top-8,
+// τ = 8,192, seed 1) at EP P with S = 2: with `options` and with the switch `off` also cleared,
+// and the combinatorial lower bound on any plan's (slot budget included).
 // The plan with `options` must validate (owner payloads <= S included).
 struct MaxLoads {
   int32_t target = 0;
   int32_t with = 0;
   int32_t without = 0;
+  int64_t bound = 0;
 };
 
 MaxLoads skew_cell_max_loads(const std::string& kind, int P, HaloQOptions options,
-                             bool HaloQOptions::*off) {
+                             bool HaloQOptions::*off, int E = 256) {
   SyntheticOptions o;
   o.kind = kind;
-  o.num_experts = 256;
+  o.num_experts = E;
   o.top_k = 8;
   o.num_layers = 1;
   o.seed = 1;
   const CountMatrix counts = make_synthetic(o)->counts(0, 0, P, 8192);
-  const Topology topo = Topology::make(P, 256, 2);
+  const Topology topo = Topology::make(P, E, 2);
   const Plan with = plan_iser(topo, counts, options);
   options.*off = false;
   const Plan without = plan_iser(topo, counts, options);
@@ -424,8 +427,11 @@ MaxLoads skew_cell_max_loads(const std::string& kind, int P, HaloQOptions option
   v.unique_experts = false;
   const auto violations = validate_plan(topo, counts, with, v);
   EXPECT_TRUE(violations.empty()) << (violations.empty() ? "" : violations[0]);
+  BoundOptions bound;
+  bound.use_solver = false;
   return {with.target, *std::max_element(with.loads.begin(), with.loads.end()),
-          *std::max_element(without.loads.begin(), without.loads.end())};
+          *std::max_element(without.loads.begin(), without.loads.end()),
+          plan_bound(topo, counts, bound).combinatorial};
 }
 
 // plan_iser's relay rounds on a skew-family invocation: zipf-1.0, EP16, S = 2, where the solver
@@ -441,15 +447,34 @@ TEST(IserRelay, CarriesTheBusiestRanksRoutesThroughFullGroups) {
 // plan_iser's breadth-first candidates on a skew-family invocation where busiest-first misses:
 // zipf-1.5, EP32, S = 2 (docs/evaluation.md, "Balance under any skew"). Without them the finished
 // plan ends above T + T/32 (its busiest rank exports nothing: the hotter owners took the free
-// helper slots); with them it ends below T + T/64. The relay rounds are off in both: they change
-// this cell's plans too, and this test is about the breadth-first candidates alone.
+// helper slots); with them it ends below T + T/64. The relay rounds and the finest ladder are off
+// in both: they change this cell's plans too, and this test is about the breadth-first
+// candidates alone.
 TEST(IserBreadthFirst, ServesEveryOwnerBeforeAnySecondBroadcast) {
   HaloQOptions options;
   options.iser_relay = false;
+  options.iser_finest_ladder = false;
   const MaxLoads m =
       skew_cell_max_loads("zipf-1.5", 32, options, &HaloQOptions::iser_breadth_first);
   EXPECT_GT(m.without, m.target + m.target / 32);
   EXPECT_LE(m.with, m.target + m.target / 64);
+}
+
+// plan_iser's finest ladder on skew-family invocations where every helper slot is needed: EP72
+// (E = 288), S = 2, so 72 ranks in finest groups of 9 hold 16 broadcasts (docs/evaluation.md,
+// "Balance under any skew"). zipf-0.8: 20 owners above T; a broadcast to a group of 18 spends two
+// groups' slots and leaves a busy owner without one. With the ladder the plan meets the
+// combinatorial bound (the 16 busiest owners' exports fill every slot: proven optimal), without it
+// it ends above. hot-spread: with it the plan ends at or below 1.02 T, without it above.
+TEST(IserFinestLadder, SpendsTheFinestGroupsWhereSlotsRunOut) {
+  const MaxLoads z =
+      skew_cell_max_loads("zipf-0.8", 72, {}, &HaloQOptions::iser_finest_ladder, 288);
+  EXPECT_EQ(z.with, z.bound);
+  EXPECT_GT(z.without, z.bound + z.target / 32);
+  const MaxLoads h =
+      skew_cell_max_loads("hot-spread", 72, {}, &HaloQOptions::iser_finest_ladder, 288);
+  EXPECT_LE(h.with, h.target + h.target / 50);
+  EXPECT_GT(h.without, h.target + h.target / 50);
 }
 
 }  // namespace

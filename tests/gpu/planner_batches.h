@@ -166,6 +166,17 @@ inline bool relay_kept(const Topology& topo, const CountMatrix& counts, HaloQOpt
 // iser plans compared so far that the relay rounds changed (coverage of that path).
 inline std::atomic<int> g_iser_relays{0};
 
+// True if plan_iser kept a finest-ladder candidate for `plan` (planned with `options`): the same
+// counts planned without the ladder give another plan.
+inline bool finest_ladder_kept(const Topology& topo, const CountMatrix& counts,
+                               HaloQOptions options, const Plan& plan) {
+  options.iser_finest_ladder = false;
+  return !(plan_iser(topo, counts, options) == plan);
+}
+
+// iser plans compared so far that kept a finest-ladder candidate (coverage of that path).
+inline std::atomic<int> g_iser_finest_ladder{0};
+
 inline std::string first_difference(const Plan& gpu, const Plan& cpu) {
   if (gpu.target != cpu.target) return fmt::format("target {} vs {}", gpu.target, cpu.target);
   if (gpu.loads != cpu.loads) return "loads differ";

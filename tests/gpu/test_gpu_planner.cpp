@@ -271,7 +271,8 @@ TEST(GpuPlannerIser, MatchesCpuOnPowerLawCounts) {
 // iterations), seeds 1 and 2 (seed 1 and S = 2 alone below full test scale); GPU == CPU plan_iser,
 // in the parallel form and in the sequential form (GpuPlannerOptions::iser_sequential). These are
 // the inputs where the breadth-first candidates win and the relay rounds change plans (at S = 2
-// mostly), so both must be reached here (relayed plans counted in g_iser_relays).
+// mostly), and where the finest ladder wins (EP72, S = 2), so all three must be reached here
+// (relayed plans counted in g_iser_relays, finest-ladder ones in g_iser_finest_ladder).
 int check_skew_families(bool sequential) {
   int breadth_first = 0;
   for (const int P : {16, 32, 64, 72}) {
@@ -310,6 +311,9 @@ int check_skew_families(bool sequential) {
         if (!(gpu == cpu)) return breadth_first;
         if (breadth_first_kept(topo, inputs[i], cpu_options(options), cpu)) ++breadth_first;
         if (relay_kept(topo, inputs[i], cpu_options(options), cpu)) ++g_iser_relays;
+        if (finest_ladder_kept(topo, inputs[i], cpu_options(options), cpu)) {
+          ++g_iser_finest_ladder;
+        }
       }
     }
   }
@@ -319,12 +323,16 @@ int check_skew_families(bool sequential) {
 TEST(GpuPlannerIser, MatchesCpuOnSkewFamilies) {
   ISER_REQUIRE_GPUS(1);
   g_iser_relays = 0;
+  g_iser_finest_ladder = 0;
   const int breadth_first = check_skew_families(false);
   if (HasFailure()) return;
-  std::printf("GPU iser == CPU plan_iser on the skew families (%d breadth-first, %d relayed)\n",
-              breadth_first, g_iser_relays.load());
+  std::printf(
+      "GPU iser == CPU plan_iser on the skew families (%d breadth-first, %d relayed, %d finest "
+      "ladder)\n",
+      breadth_first, g_iser_relays.load(), g_iser_finest_ladder.load());
   EXPECT_GT(breadth_first, 0);
   EXPECT_GT(g_iser_relays.load(), 0);
+  EXPECT_GT(g_iser_finest_ladder.load(), 0);
 }
 
 // The largest iser shape: P = 64, E = 1024, S = 16, g_min = 1 (groups of one rank, so up to
@@ -359,9 +367,11 @@ TEST(GpuPlannerIser, SequentialFormMatchesCpu) {
   check_largest_shape();
   if (HasFailure()) return;
   g_iser_relays = 0;
+  g_iser_finest_ladder = 0;
   const int breadth_first = check_skew_families(true);
   if (HasFailure()) return;
   const int relayed = g_iser_relays.load();
+  const int finest = g_iser_finest_ladder.load();
   g_iser_breadth_first = 0;
   GpuPlannerOptions options = iser_variant(0);
   options.iser_sequential = true;
@@ -369,10 +379,11 @@ TEST(GpuPlannerIser, SequentialFormMatchesCpu) {
   if (HasFailure()) return;
   std::printf(
       "GPU iser (sequential form) == CPU plan_iser on the skew families (%d breadth-first, %d "
-      "relayed) and power-law counts (%d breadth-first)\n",
-      breadth_first, relayed, g_iser_breadth_first.load());
+      "relayed, %d finest ladder) and power-law counts (%d breadth-first)\n",
+      breadth_first, relayed, finest, g_iser_breadth_first.load());
   EXPECT_GT(breadth_first, 0);
   EXPECT_GT(relayed, 0);
+  EXPECT_GT(finest, 0);
 }
 
 TEST(GpuPlannerIser, HostSideLimits) {

@@ -32,10 +32,14 @@
 //     carry the busiest rank's routes on; removed when the chains leave it unused.
 //  7. Where that plan still ends above T + T/256: two breadth-first candidates (owners with the
 //     fewest broadcasts first), finished the same way, each kept only when strictly better.
+//  8. Still above it: the finest ladder, room-aware placements on the finest groups only at
+//     water levels from the slot budget's bound up toward the best max load, finished the same
+//     way, each kept only when strictly better (where every helper slot is needed).
 // Quota bookkeeping for an expert broadcast k times: the owner's remaining share sits in the
 // latest broadcast of that expert (earlier ones then hold 0 for the owner); members of each
 // broadcast hold what they took. Σ quotas = hist[e] per expert.
 #include <algorithm>
+#include <functional>
 
 #include "iser/error.h"
 #include "iser/planner.h"
@@ -136,12 +140,14 @@ Choice best_group_at(const Topology& topo, int level, int owner, int32_t give,
 namespace {
 
 // The room-aware placement with water level W = T + slack (plan.target stays T; per LSA team, see
-// team_water_levels): owners above W export, members fill up to W. Owner order: the busiest
-// first (ties: the lowest rank); breadth-first: the fewest broadcasts sent so far first, then
-// the busiest, then the lowest rank, so every owner above W gets a broadcast before any gets a
-// second (plan_iser's breadth-first candidates).
+// team_water_levels), raised to water_floor: owners above W export, members fill up to W. Owner
+// order: the busiest first (ties: the lowest rank); breadth-first: the fewest broadcasts sent so
+// far first, then the busiest, then the lowest rank, so every owner above W gets a broadcast
+// before any gets a second (plan_iser's breadth-first candidates). finest_only: only the finest
+// level's groups are searched (plan_iser's finest ladder).
 void place_room_aware(const Topology& topo, const HaloQOptions& options, int32_t slack_divisor,
-                      bool breadth_first, PlannerWorkspace& ws, Plan& plan) {
+                      bool breadth_first, PlannerWorkspace& ws, Plan& plan, int32_t water_floor = 0,
+                      bool finest_only = false) {
   const int32_t target = plan.target;
   const int P = topo.num_ranks;
   const int H = topo.experts_per_rank();
@@ -149,6 +155,7 @@ void place_room_aware(const Topology& topo, const HaloQOptions& options, int32_t
   std::vector<int32_t>& L = plan.loads;
   // W per LSA team (team_water_levels): T + T/d with one team.
   team_water_levels(topo, target, slack_divisor, L, ws);
+  for (int32_t& w : ws.team_water) w = std::max(w, water_floor);
 
   // share[e]: routes of e the owner still computes; spent[e]: no group had room for e.
   std::vector<int32_t>& share = ws.candidates;
@@ -163,6 +170,7 @@ void place_room_aware(const Topology& topo, const HaloQOptions& options, int32_t
 
   size_t num_broadcasts = 0;
   const int num_levels = topo.num_levels();
+  const int min_level = finest_only ? num_levels - 1 : 0;
   const int64_t max_passes = static_cast<int64_t>(P) * (H + S + 1) + 1;
   for (int64_t pass = 0; pass < max_passes; ++pass) {
     int o = -1;
@@ -196,7 +204,7 @@ void place_room_aware(const Topology& topo, const HaloQOptions& options, int32_t
     Choice per_level[32];
     int32_t best_absorbed = 0;
     tally_groups(topo, L, ws);
-    for (int level = 0; level < num_levels; ++level) {
+    for (int level = min_level; level < num_levels; ++level) {
       per_level[level] =
           best_group_at(topo, level, o, give, ws, plan, num_broadcasts, e, latest[e] >= 0);
       best_absorbed = std::max(best_absorbed, std::min(per_level[level].room, give));
@@ -211,7 +219,7 @@ void place_room_aware(const Topology& topo, const HaloQOptions& options, int32_t
       continue;
     }
     Choice g;
-    for (int level = num_levels - 1; level >= 0; --level) {
+    for (int level = num_levels - 1; level >= min_level; --level) {
       const int32_t absorbed = std::min(per_level[level].room, give);
       if (absorbed > 0 && int64_t{absorbed} * 8 >= int64_t{best_absorbed} * 7) {
         g = per_level[level];
@@ -359,6 +367,37 @@ void finish_candidate(const Topology& topo, const HaloQOptions& options, int32_t
   }
 }
 
+// The slot budget's water level: a broadcast takes a helper slot on each of its >= g members (g:
+// the finest group size), so at most B = team size · S / g owners of a team export, and the
+// (B + 1)-th busiest owner of the team keeps its home load or more. The highest such load over
+// the teams (0 when every rank of a team can export), a lower bound on any plan's max load.
+int32_t slot_budget_water(const Topology& topo, PlannerWorkspace& ws) {
+  const int size = topo.team_size();
+  const int budget = size * topo.num_slots / topo.group_size(topo.num_levels() - 1);
+  if (budget >= size) return 0;
+  std::vector<int32_t>& team = ws.members;  // scratch
+  int32_t out = 0;
+  for (int t = 0; t < topo.num_teams(); ++t) {
+    team.assign(ws.home_loads.begin() + t * size, ws.home_loads.begin() + (t + 1) * size);
+    std::nth_element(team.begin(), team.begin() + budget, team.end(), std::greater<>());
+    out = std::max(out, team[budget]);
+  }
+  return out;
+}
+
+// True when the plan's helper slots are nearly spent: at most an eighth of them free (in some
+// team, with LSA teams). Only then can the finest ladder's candidates put slots where the plan
+// has none left; where more are free, top-up and the relay rounds have had them.
+bool slots_nearly_spent(const Topology& topo, const Plan& plan) {
+  const int32_t slots = topo.team_size() * topo.num_slots;
+  std::vector<int32_t> used(topo.num_teams(), 0);
+  for (const Broadcast& b : plan.broadcasts) used[topo.team_of(b.group_begin)] += b.group_size;
+  for (const int32_t u : used) {
+    if ((slots - u) * kIserFinestLadderFreeDivisor <= slots) return true;
+  }
+  return false;
+}
+
 }  // namespace
 
 void plan_iser(const Topology& topo, const CountMatrix& counts, const HaloQOptions& options,
@@ -437,6 +476,27 @@ void plan_iser(const Topology& topo, const CountMatrix& counts, const HaloQOptio
       if (max_load(plan) <= stop_at) break;
       start_alternative();
       place_room_aware(topo, options, divisor, true, ws, ws.alternative);
+      level_quotas(topo, ws, ws.alternative);
+      finish_candidate(topo, options, stop_at, ws, ws.alternative);
+      keep_better();
+    }
+  }
+  // Still above that level with its helper slots nearly spent (slots_nearly_spent): the finest
+  // ladder (options.iser_finest_ladder). Where slots are scarce (S = 2 at EP72), a broadcast to
+  // a coarser group spends the slots of two or more finest groups, and the water level T leaves
+  // owners that no plan can bring down to it holding slots that a busier owner needs. These
+  // candidates use the finest groups only, at kIserFinestLadderSteps water levels W_j = F +
+  // (M − F) · j / steps, from F = max(reachable, the slot budget's water level) toward M, the
+  // best plan's max load so far (both fixed before the first): owners at or below W_j export
+  // nothing. Each is finished as above and kept only when strictly better.
+  if (options.iser_finest_ladder && max_load(plan) > stop_at && slots_nearly_spent(topo, plan)) {
+    const int32_t lowest = std::max(reachable, slot_budget_water(topo, ws));
+    const int32_t top = max_load(plan);
+    for (int j = 0; j < kIserFinestLadderSteps && lowest < top; ++j) {
+      const int32_t water =
+          lowest + static_cast<int32_t>(int64_t{top - lowest} * j / kIserFinestLadderSteps);
+      start_alternative();
+      place_room_aware(topo, options, 0, false, ws, ws.alternative, water, /*finest_only=*/true);
       level_quotas(topo, ws, ws.alternative);
       finish_candidate(topo, options, stop_at, ws, ws.alternative);
       keep_better();
