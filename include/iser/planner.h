@@ -91,6 +91,7 @@ struct PlannerWorkspace {
   std::vector<int32_t> host_begin;      // [P + 1] CSR of broadcasts hosted per rank (repair)
   std::vector<int32_t> host_list;       // [Σ hosts]
   std::vector<uint64_t> host_bits;      // [P * ceil(B/64)] hosted broadcasts per rank (repair)
+  std::vector<uint8_t> pair_shares;     // [P * P] 1: two ranks host >= 2 broadcasts (repair)
   std::vector<int32_t> group_room;      // iser: room per aligned group (all levels)
   std::vector<int32_t> group_cold;      // iser: cold members per group, -1 = ineligible
   std::vector<int32_t> home_loads;      // iser: home loads shared by its candidate placements

@@ -48,13 +48,34 @@ void level_chains(const Topology& topo, int32_t stop_at, PlannerWorkspace& ws, P
   std::vector<int32_t>& link_y = ws.group_cold;       // path link i: broadcast received in
   std::vector<int32_t>& reached = ws.next_candidate;  // [E] BFS: level the expert was given from
   std::vector<int32_t>& hosted = ws.candidates;       // [E] backtrack: earliest broadcast c hosts
+  std::vector<int32_t>& frontier = ws.repair;         // [P] BFS: ranks by level, in order reached
   depth.resize(P);
   link_b.resize(P);
   link_v.resize(P);
   link_y.resize(P);
   reached.resize(topo.num_experts);
   hosted.resize(topo.num_experts);
+  frontier.resize(P);
   auto owner_hosts = [&](int b) { return latest[plan.broadcasts[b].expert] == b; };
+  // The broadcasts each rank hosts, ascending (CSR; groups and latest stay fixed here).
+  ws.host_begin.assign(P + 1, 0);
+  for (int b = 0; b < num_broadcasts; ++b) {
+    const Broadcast& x = plan.broadcasts[b];
+    for (int r = x.group_begin; r < x.group_begin + x.group_size; ++r) {
+      if (r != x.owner) ++ws.host_begin[r + 1];
+    }
+    if (owner_hosts(b)) ++ws.host_begin[x.owner + 1];
+  }
+  for (int r = 0; r < P; ++r) ws.host_begin[r + 1] += ws.host_begin[r];
+  ws.host_list.resize(ws.host_begin[P]);
+  std::copy(ws.host_begin.begin(), ws.host_begin.end() - 1, link_b.begin());  // fill cursors
+  for (int b = 0; b < num_broadcasts; ++b) {
+    const Broadcast& x = plan.broadcasts[b];
+    for (int r = x.group_begin; r < x.group_begin + x.group_size; ++r) {
+      if (r != x.owner) ws.host_list[link_b[r]++] = b;
+    }
+    if (owner_hosts(b)) ws.host_list[link_b[x.owner]++] = b;
+  }
   auto hosts = [&](int b, int r) {
     const Broadcast& x = plan.broadcasts[b];
     return r == x.owner ? owner_hosts(b) : x.in_group(r);
@@ -86,28 +107,38 @@ void level_chains(const Topology& topo, int32_t stop_at, PlannerWorkspace& ws, P
     std::fill(depth.begin(), depth.end(), -1);
     std::fill(reached.begin(), reached.end(), -1);
     depth[h] = 0;
+    frontier[0] = h;
+    // NOTE: level d's ranks are frontier[level_begin, level_end). Step 2's sets do not depend on
+    // the order ranks and broadcasts are visited in, so walking the broadcasts that level d's
+    // ranks host gives the same levels as scanning every broadcast for a giver of level d.
+    int level_begin = 0;
+    int level_end = 1;
     for (int d = 0; depth[m] < 0; ++d) {
-      for (int b = 0; b < num_broadcasts; ++b) {
-        if (reached[plan.broadcasts[b].expert] < 0 && lowest_giver(b, d) >= 0) {
-          reached[plan.broadcasts[b].expert] = d;
+      for (int i = level_begin; i < level_end; ++i) {
+        const int v = frontier[i];
+        for (int32_t k = ws.host_begin[v]; k < ws.host_begin[v + 1]; ++k) {
+          const Broadcast& x = plan.broadcasts[ws.host_list[k]];
+          if (reached[x.expert] < 0 && x.quota[v] > 0) reached[x.expert] = d;
         }
       }
-      bool grew = false;
+      int next_end = level_end;
       for (int b = 0; b < num_broadcasts; ++b) {
         const Broadcast& x = plan.broadcasts[b];
         if (reached[x.expert] != d) continue;
         for (int r = x.group_begin; r < x.group_begin + x.group_size; ++r) {
           if (depth[r] < 0 && hosts(b, r)) {
             depth[r] = d + 1;
-            grew = true;
+            frontier[next_end++] = r;
           }
         }
         if (depth[x.owner] < 0 && owner_hosts(b)) {
           depth[x.owner] = d + 1;
-          grew = true;
+          frontier[next_end++] = x.owner;
         }
       }
-      if (!grew) break;
+      if (next_end == level_end) break;
+      level_begin = level_end;
+      level_end = next_end;
     }
     int r = -1;
     for (int v = 0; v < P; ++v) {
@@ -117,8 +148,8 @@ void level_chains(const Topology& topo, int32_t stop_at, PlannerWorkspace& ws, P
     int32_t delta = (L[h] - L[r]) / 2;
     for (int c = r, i = depth[r] - 1; i >= 0; --i) {
       std::fill(hosted.begin(), hosted.end(), -1);
-      for (int y = num_broadcasts - 1; y >= 0; --y) {
-        if (hosts(y, c)) hosted[plan.broadcasts[y].expert] = y;
+      for (int32_t k = ws.host_begin[c + 1] - 1; k >= ws.host_begin[c]; --k) {
+        hosted[plan.broadcasts[ws.host_list[k]].expert] = ws.host_list[k];
       }
       int b = 0;
       int v = -1;

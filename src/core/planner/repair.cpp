@@ -41,12 +41,10 @@ void update_spare(RepairState& st, int r, int32_t entry, int32_t old_q) {
   st.spare[r] += static_cast<int32_t>(is) - static_cast<int32_t>(was);
 }
 
-// Receiver a takes from donor d's spare quota for its own routes, and hands d as much of its own
-// spare quota, over the broadcasts both host (in expert order).
-void trade(const PlannerWorkspace& ws, RepairState& st, int a, int d) {
-  if (st.spare[a] == 0 || st.spare[d] == 0) return;
-  // Shared broadcasts = AND of the two host bitsets; one shared broadcast cannot trade (a pull
-  // and a give on the same broadcast exclude each other).
+// True when ranks a and d host at least two broadcasts in common: one shared broadcast cannot
+// trade (a pull and a give on the same broadcast exclude each other). Shared broadcasts = AND of
+// the two host bitsets.
+bool share_two(const RepairState& st, int a, int d) {
   const uint64_t* bits_a = st.bits + static_cast<size_t>(a) * st.words;
   const uint64_t* bits_d = st.bits + static_cast<size_t>(d) * st.words;
   // NOTE: no popcount (not a single instruction on baseline x86-64): m & (m − 1) tells one bit
@@ -56,7 +54,14 @@ void trade(const PlannerWorkspace& ws, RepairState& st, int a, int d) {
     const uint64_t m = bits_a[w] & bits_d[w];
     if (m != 0) shared += (m & (m - 1)) != 0 ? 2 : 1;
   }
-  if (shared < 2) return;
+  return shared >= 2;
+}
+
+// Receiver a takes from donor d's spare quota for its own routes, and hands d as much of its own
+// spare quota, over the broadcasts both host (in expert order). a and d share two broadcasts or
+// more (share_two).
+void trade(const PlannerWorkspace& ws, RepairState& st, int a, int d) {
+  if (st.spare[a] == 0 || st.spare[d] == 0) return;
   // Merge of the two sorted host lists.
   int ia = ws.host_begin[a];
   const int ia_end = ws.host_begin[a + 1];
@@ -165,6 +170,18 @@ void repair_quotas(const Topology& topo, const CountMatrix& counts, Plan& plan,
     }
   }
 
+  // Pairs that share two broadcasts or more, the only ones whose trades can move anything; fixed
+  // for the whole repair (trades change quotas, not hosts), so the 2 (P − 1) phases below test
+  // one byte per pair.
+  ws.pair_shares.assign(static_cast<size_t>(P) * P, 0);
+  for (int a = 0; a < P; ++a) {
+    for (int d = a + 1; d < P; ++d) {
+      const uint8_t both = share_two(st, a, d) ? 1 : 0;
+      ws.pair_shares[static_cast<size_t>(a) * P + d] = both;
+      ws.pair_shares[static_cast<size_t>(d) * P + a] = both;
+    }
+  }
+
   const int seats = P + (P & 1);
   // ring = [1 .. seats − 1] (reuses `members`, free after the host lists are built).
   ws.members.resize(seats - 1);
@@ -173,6 +190,7 @@ void repair_quotas(const Topology& topo, const CountMatrix& counts, Plan& plan,
   const int ring_size = seats - 1;
   auto run_pair = [&](int a, int d) {
     if (a >= P || d >= P) return;  // the bye seat of odd P
+    if (ws.pair_shares[static_cast<size_t>(a) * P + d] == 0) return;
     trade(ws, st, a, d);
     trade(ws, st, d, a);
   };
