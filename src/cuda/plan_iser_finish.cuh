@@ -14,10 +14,12 @@
 //   breadth-first candidate the CPU runs placed, leveled and finished in block 1 (scratch: the
 //   stage-4 pair lists, pair_head .. pair_items, which stage 4 writes before it reads them),
 //   copied over block 0 when it wins. So the sequential form needs two candidate blocks only.
-// Then, still above finish_level with the helper slots nearly spent, the finest ladder
-// (finest_ladder, warp 0, both forms): the room-aware placement on the finest groups only at
-// kIserFinestLadderSteps water levels, each placed, leveled and finished in block 1 and copied
-// over block 0 when strictly better.
+// Then, still above finish_level with the helper slots nearly spent, the finest ladder: the
+// room-aware placement on the finest groups only at kIserFinestLadderSteps water levels, each
+// leveled and finished, the CPU's comparisons in rung order. Parallel (ladder_rung_warp): the
+// rungs at once on warps 1 .. kIserFinestLadderSteps in their own blocks, the winner copied into
+// block 0; sequential (finest_ladder, warp 0): one after the other in block 1, copied over block
+// 0 when strictly better.
 #pragma once
 
 #include "cuda/plan_iser.cuh"
