@@ -144,37 +144,18 @@ inline bool topped_up(const Topology& topo, const CountMatrix& counts, HaloQOpti
 // iser plans compared so far that top-up exports added a broadcast to (coverage of that path).
 inline std::atomic<int> g_iser_top_ups{0};
 
-// True if plan_iser kept a breadth-first candidate for `plan` (planned with `options`): the
-// same counts planned without them give another plan.
-inline bool breadth_first_kept(const Topology& topo, const CountMatrix& counts,
-                               HaloQOptions options, const Plan& plan) {
-  options.iser_breadth_first = false;
+// True if the plan_iser stage behind `stage` (an iser_* switch of HaloQOptions) changed `plan`
+// (planned with `options`): the same counts planned with the switch off give another plan.
+inline bool stage_kept(const Topology& topo, const CountMatrix& counts, HaloQOptions options,
+                       bool HaloQOptions::*stage, const Plan& plan) {
+  options.*stage = false;
   return !(plan_iser(topo, counts, options) == plan);
 }
 
-// iser plans compared so far that kept a breadth-first candidate (coverage of that path).
+// iser plans compared so far that kept a breadth-first candidate, that the relay rounds changed
+// and that kept a finest-ladder candidate (coverage of those paths).
 inline std::atomic<int> g_iser_breadth_first{0};
-
-// True if plan_iser's relay rounds changed `plan` (planned with `options`): the same counts
-// planned without them give another plan.
-inline bool relay_kept(const Topology& topo, const CountMatrix& counts, HaloQOptions options,
-                       const Plan& plan) {
-  options.iser_relay = false;
-  return !(plan_iser(topo, counts, options) == plan);
-}
-
-// iser plans compared so far that the relay rounds changed (coverage of that path).
 inline std::atomic<int> g_iser_relays{0};
-
-// True if plan_iser kept a finest-ladder candidate for `plan` (planned with `options`): the same
-// counts planned without the ladder give another plan.
-inline bool finest_ladder_kept(const Topology& topo, const CountMatrix& counts,
-                               HaloQOptions options, const Plan& plan) {
-  options.iser_finest_ladder = false;
-  return !(plan_iser(topo, counts, options) == plan);
-}
-
-// iser plans compared so far that kept a finest-ladder candidate (coverage of that path).
 inline std::atomic<int> g_iser_finest_ladder{0};
 
 inline std::string first_difference(const Plan& gpu, const Plan& cpu) {
@@ -279,8 +260,12 @@ inline int run_batch(const Batch& batch, const std::string& label, const BatchMo
     if (iser && repeats_an_expert(cpu_plan)) ++g_iser_repeats;
     if (iser && chains_moved(topo, expected, cpu, cpu_plan)) ++g_iser_chains;
     if (iser && topped_up(topo, expected, cpu, cpu_plan)) ++g_iser_top_ups;
-    if (iser && breadth_first_kept(topo, expected, cpu, cpu_plan)) ++g_iser_breadth_first;
-    if (iser && relay_kept(topo, expected, cpu, cpu_plan)) ++g_iser_relays;
+    if (iser && stage_kept(topo, expected, cpu, &HaloQOptions::iser_breadth_first, cpu_plan)) {
+      ++g_iser_breadth_first;
+    }
+    if (iser && stage_kept(topo, expected, cpu, &HaloQOptions::iser_relay, cpu_plan)) {
+      ++g_iser_relays;
+    }
     std::vector<int32_t> want(n);
     for (int s = 0; s < P; ++s) {
       rewrite_tokens(topo, expected, cpu_plan, s, ids.subspan(static_cast<size_t>(s) * n, n),

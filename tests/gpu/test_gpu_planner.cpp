@@ -226,10 +226,14 @@ void check_power_law(const GpuPlannerOptions& options, int num_experts, int slot
       if (options.iser && topped_up(topo, inputs[i], cpu_options(options), cpu)) {
         ++g_iser_top_ups;
       }
-      if (options.iser && breadth_first_kept(topo, inputs[i], cpu_options(options), cpu)) {
+      if (options.iser && stage_kept(topo, inputs[i], cpu_options(options),
+                                     &HaloQOptions::iser_breadth_first, cpu)) {
         ++g_iser_breadth_first;
       }
-      if (options.iser && relay_kept(topo, inputs[i], cpu_options(options), cpu)) ++g_iser_relays;
+      if (options.iser &&
+          stage_kept(topo, inputs[i], cpu_options(options), &HaloQOptions::iser_relay, cpu)) {
+        ++g_iser_relays;
+      }
     }
   }
 }
@@ -309,9 +313,15 @@ int check_skew_families(bool sequential) {
         EXPECT_TRUE(gpu == cpu) << "P=" << P << " S=" << S << " input " << i << ": "
                                 << first_difference(gpu, cpu);
         if (!(gpu == cpu)) return breadth_first;
-        if (breadth_first_kept(topo, inputs[i], cpu_options(options), cpu)) ++breadth_first;
-        if (relay_kept(topo, inputs[i], cpu_options(options), cpu)) ++g_iser_relays;
-        if (finest_ladder_kept(topo, inputs[i], cpu_options(options), cpu)) {
+        if (stage_kept(topo, inputs[i], cpu_options(options), &HaloQOptions::iser_breadth_first,
+                       cpu)) {
+          ++breadth_first;
+        }
+        if (stage_kept(topo, inputs[i], cpu_options(options), &HaloQOptions::iser_relay, cpu)) {
+          ++g_iser_relays;
+        }
+        if (stage_kept(topo, inputs[i], cpu_options(options), &HaloQOptions::iser_finest_ladder,
+                       cpu)) {
           ++g_iser_finest_ladder;
         }
       }
