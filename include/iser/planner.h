@@ -95,6 +95,8 @@ struct PlannerWorkspace {
   std::vector<int32_t> group_room;      // iser: room per aligned group (all levels)
   std::vector<int32_t> group_cold;      // iser: cold members per group, -1 = ineligible
   std::vector<int32_t> home_loads;      // iser: home loads shared by its candidate placements
+  std::vector<int32_t> home_order;      // iser: [P * K] busiest home experts per owner
+  std::vector<int32_t> chain_experts;   // iser: [E] experts in the order chain leveling reaches
   std::vector<int32_t> team_water;      // [P / lsa_size] water level per LSA team
   Plan alternative;                     // iser: the candidate placement being compared
   std::vector<int32_t> repair;          // repair: own routes, quotas, spare counts, pairs

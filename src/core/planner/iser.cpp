@@ -81,11 +81,12 @@ void tally_groups(const Topology& topo, const std::vector<int32_t>& loads, Plann
   const size_t entries = 2 * static_cast<size_t>(num_finest) - num_teams;
   ws.group_room.resize(entries);
   ws.group_cold.resize(entries);
+  const int groups_per_team = num_finest / num_teams;
   for (int g = 0; g < num_finest; ++g) {
     int32_t room = 0;
     int32_t cold = 0;
     bool eligible = true;
-    const int32_t water = ws.team_water[topo.team_of(g * size)];
+    const int32_t water = ws.team_water[num_teams == 1 ? 0 : g / groups_per_team];
     for (int m = g * size; m < (g + 1) * size; ++m) {
       eligible = eligible && ws.recv_used[m] < S;
       if (loads[m] < water) {
@@ -139,6 +140,50 @@ Choice best_group_at(const Topology& topo, int level, int owner, int32_t give,
 
 namespace {
 
+// The home experts each owner's placement passes look at first (ws.home_order): a few more than
+// it can export, so that spent experts rarely push the choice past the list.
+inline constexpr int kHomeOrderExtra = 4;
+int home_order_size(const Topology& topo) {
+  return std::min(topo.experts_per_rank(), topo.num_slots + kHomeOrderExtra);
+}
+
+// Before an iser placement: ws.home_order holds no owner's list yet (filled by next_expert on
+// an owner's first pass: most owners of a real input never export).
+void order_home_experts(const Topology& topo, PlannerWorkspace& ws) {
+  ws.home_order.assign(static_cast<size_t>(topo.num_ranks) * home_order_size(topo), -1);
+}
+
+// The room-aware placement's next expert of owner o: its home expert with the most routes still
+// at home (share = ws.candidates), not spent (ws.next_candidate) and share > 0; ties: the smaller
+// id; -1 when none. ws.home_order lists o's busiest home experts (by hist, ties: the smaller id)
+// and share <= hist, so the walk stops once hist falls below the best share; past the list it
+// is decided only when the best share found exceeds every other home expert's hist, and
+// otherwise every home expert is scanned.
+int next_expert(const Topology& topo, PlannerWorkspace& ws, int o) {
+  const int H = topo.experts_per_rank();
+  const int K = home_order_size(topo);
+  const std::vector<int32_t>& share = ws.candidates;
+  const std::vector<int32_t>& spent = ws.next_candidate;
+  auto better = [&](int x, int e) {
+    return !spent[x] && share[x] > 0 &&
+           (e < 0 || share[x] > share[e] || (share[x] == share[e] && x < e));
+  };
+  int32_t* top = ws.home_order.data() + static_cast<size_t>(o) * K;
+  if (top[0] < 0) top_home_experts(topo, o, K, ws.hist, top);
+  int e = -1;
+  for (int i = 0; i < K; ++i) {
+    const int x = top[i];
+    if (e >= 0 && ws.hist[x] < share[e]) return e;
+    if (better(x, e)) e = x;
+  }
+  if (K == H || (e >= 0 && share[e] > ws.hist[top[K - 1]])) return e;
+  e = -1;
+  for (int x = o * H; x < (o + 1) * H; ++x) {
+    if (better(x, e)) e = x;
+  }
+  return e;
+}
+
 // The room-aware placement with water level W = T + slack (plan.target stays T; per LSA team, see
 // team_water_levels), raised to water_floor: owners above W export, members fill up to W. Owner
 // order: the busiest first (ties: the lowest rank); breadth-first: the fewest broadcasts sent so
@@ -172,10 +217,13 @@ void place_room_aware(const Topology& topo, const HaloQOptions& options, int32_t
   const int num_levels = topo.num_levels();
   const int min_level = finest_only ? num_levels - 1 : 0;
   const int64_t max_passes = static_cast<int64_t>(P) * (H + S + 1) + 1;
+  const int num_teams = topo.num_teams();  // the water level's index below: no division with one
+  const int team_size = topo.team_size();
+  Choice per_level[32];  // the best group of each level, for the current pass
   for (int64_t pass = 0; pass < max_passes; ++pass) {
     int o = -1;
     for (int r = 0; r < P; ++r) {
-      if (ws.frozen[r] || L[r] <= ws.team_water[topo.team_of(r)]) continue;
+      if (ws.frozen[r] || L[r] <= ws.team_water[num_teams == 1 ? 0 : r / team_size]) continue;
       if (o < 0) {
         o = r;
       } else if (breadth_first && ws.send_used[r] != ws.send_used[o]) {
@@ -190,10 +238,7 @@ void place_room_aware(const Topology& topo, const HaloQOptions& options, int32_t
       ws.frozen[o] = 1;
       continue;
     }
-    int e = -1;
-    for (int x = o * H; x < (o + 1) * H; ++x) {
-      if (!ws.next_candidate[x] && share[x] > 0 && (e < 0 || share[x] > share[e])) e = x;
-    }
+    const int e = next_expert(topo, ws, o);
     if (e < 0) {
       ws.frozen[o] = 1;
       continue;
@@ -201,7 +246,6 @@ void place_room_aware(const Topology& topo, const HaloQOptions& options, int32_t
     const int32_t give = std::min(L[o] - T, share[e]);
 
     // Level choice: the finest level absorbing >= 7/8 of the best absorbable amount.
-    Choice per_level[32];
     int32_t best_absorbed = 0;
     tally_groups(topo, L, ws);
     for (int level = min_level; level < num_levels; ++level) {
@@ -254,6 +298,7 @@ void place_room_aware(const Topology& topo, const HaloQOptions& options, int32_t
 void place_iser(const Topology& topo, const CountMatrix& counts, const HaloQOptions& options,
                 PlannerWorkspace& ws, Plan& plan, int32_t slack_divisor) {
   prepare_loads(topo, counts, ws, plan);
+  order_home_experts(topo, ws);
   place_room_aware(topo, options, slack_divisor, false, ws, plan);
 }
 
@@ -417,6 +462,7 @@ void plan_iser(const Topology& topo, const CountMatrix& counts, const HaloQOptio
   // along chains of hosts (level_chains).
   // Counts are checked and hist / home loads computed once; each candidate starts from them.
   prepare_loads(topo, counts, ws, plan);
+  order_home_experts(topo, ws);
   ws.home_loads = plan.loads;
   // The level the ladder compares with: T, or with LSA teams the highest team water level (a hot
   // team cannot get below its own mean, so T alone would run every ladder step there).

@@ -33,31 +33,14 @@ namespace iser {
 // distinct, so no link takes from a quota another link of the path fills: quotas stay >= 0.
 // NOTE: L[r] + δ <= L[h] − δ, so no load rises above the old max, groups and payloads stay, and
 // Σ quotas per expert is unchanged.
-void level_chains(const Topology& topo, int32_t stop_at, PlannerWorkspace& ws, Plan& plan) {
-  const int P = topo.num_ranks;
+namespace {
+
+// The broadcasts each rank hosts, ascending, as a CSR (ws.host_begin, ws.host_list); groups and
+// latest stay fixed during a leveling. `cursor` [P]: scratch.
+void list_hosted_broadcasts(int P, const Plan& plan, const std::vector<int32_t>& latest,
+                            std::vector<int32_t>& cursor, PlannerWorkspace& ws) {
   const int num_broadcasts = static_cast<int>(plan.broadcasts.size());
-  std::vector<int32_t>& L = plan.loads;
-  // Step 1's first test before any set-up: most real inputs end at or below stop_at.
-  if (*std::max_element(L.begin(), L.end()) <= stop_at) return;
-  std::vector<int32_t>& latest = ws.order;  // latest broadcast of each expert
-  latest.assign(topo.num_experts, -1);
-  for (int b = 0; b < num_broadcasts; ++b) latest[plan.broadcasts[b].expert] = b;
-  std::vector<int32_t>& depth = ws.members;           // BFS level of each rank, -1 = not reached
-  std::vector<int32_t>& link_b = ws.recv_used;        // path link i: broadcast given from
-  std::vector<int32_t>& link_v = ws.send_used;        // path link i: giving rank (i = its level)
-  std::vector<int32_t>& link_y = ws.group_cold;       // path link i: broadcast received in
-  std::vector<int32_t>& reached = ws.next_candidate;  // [E] BFS: level the expert was given from
-  std::vector<int32_t>& hosted = ws.candidates;       // [E] backtrack: earliest broadcast c hosts
-  std::vector<int32_t>& frontier = ws.repair;         // [P] BFS: ranks by level, in order reached
-  depth.resize(P);
-  link_b.resize(P);
-  link_v.resize(P);
-  link_y.resize(P);
-  reached.resize(topo.num_experts);
-  hosted.resize(topo.num_experts);
-  frontier.resize(P);
   auto owner_hosts = [&](int b) { return latest[plan.broadcasts[b].expert] == b; };
-  // The broadcasts each rank hosts, ascending (CSR; groups and latest stay fixed here).
   ws.host_begin.assign(P + 1, 0);
   for (int b = 0; b < num_broadcasts; ++b) {
     const Broadcast& x = plan.broadcasts[b];
@@ -68,14 +51,51 @@ void level_chains(const Topology& topo, int32_t stop_at, PlannerWorkspace& ws, P
   }
   for (int r = 0; r < P; ++r) ws.host_begin[r + 1] += ws.host_begin[r];
   ws.host_list.resize(ws.host_begin[P]);
-  std::copy(ws.host_begin.begin(), ws.host_begin.end() - 1, link_b.begin());  // fill cursors
+  std::copy(ws.host_begin.begin(), ws.host_begin.end() - 1, cursor.begin());
   for (int b = 0; b < num_broadcasts; ++b) {
     const Broadcast& x = plan.broadcasts[b];
     for (int r = x.group_begin; r < x.group_begin + x.group_size; ++r) {
-      if (r != x.owner) ws.host_list[link_b[r]++] = b;
+      if (r != x.owner) ws.host_list[cursor[r]++] = b;
     }
-    if (owner_hosts(b)) ws.host_list[link_b[x.owner]++] = b;
+    if (owner_hosts(b)) ws.host_list[cursor[x.owner]++] = b;
   }
+}
+
+}  // namespace
+
+void level_chains(const Topology& topo, int32_t stop_at, PlannerWorkspace& ws, Plan& plan) {
+  const int P = topo.num_ranks;
+  const int num_broadcasts = static_cast<int>(plan.broadcasts.size());
+  std::vector<int32_t>& L = plan.loads;
+  // Step 1's first test before any set-up: most real inputs end at or below stop_at.
+  if (*std::max_element(L.begin(), L.end()) <= stop_at) return;
+  std::vector<int32_t>& latest = ws.order;        // latest broadcast of each expert
+  std::vector<int32_t>& earlier = ws.group_room;  // [B] the expert's broadcast before b, -1 = none
+  latest.assign(topo.num_experts, -1);
+  earlier.resize(num_broadcasts);
+  for (int b = 0; b < num_broadcasts; ++b) {
+    earlier[b] = latest[plan.broadcasts[b].expert];
+    latest[plan.broadcasts[b].expert] = b;
+  }
+  std::vector<int32_t>& depth = ws.members;           // BFS level of each rank, -1 = not reached
+  std::vector<int32_t>& link_b = ws.recv_used;        // path link i: broadcast given from
+  std::vector<int32_t>& link_v = ws.send_used;        // path link i: giving rank (i = its level)
+  std::vector<int32_t>& link_y = ws.group_cold;       // path link i: broadcast received in
+  std::vector<int32_t>& reached = ws.next_candidate;  // [E] BFS: level the expert was given from
+  std::vector<int32_t>& hosted = ws.candidates;       // [E] backtrack: earliest broadcast c hosts
+  std::vector<int32_t>& frontier = ws.repair;         // [P] BFS: ranks by level, in order reached
+  std::vector<int32_t>& given = ws.chain_experts;     // [E] BFS: experts in order reached
+  depth.resize(P);
+  link_b.resize(P);
+  link_v.resize(P);
+  link_y.resize(P);
+  // NOTE: reached and hosted are all -1 between uses: each step resets the entries it set.
+  reached.assign(topo.num_experts, -1);
+  hosted.assign(topo.num_experts, -1);
+  frontier.resize(P);
+  given.resize(topo.num_experts);
+  auto owner_hosts = [&](int b) { return latest[plan.broadcasts[b].expert] == b; };
+  list_hosted_broadcasts(P, plan, latest, link_b, ws);
   auto hosts = [&](int b, int r) {
     const Broadcast& x = plan.broadcasts[b];
     return r == x.owner ? owner_hosts(b) : x.in_group(r);
@@ -105,49 +125,58 @@ void level_chains(const Topology& topo, int32_t stop_at, PlannerWorkspace& ws, P
     }
     if (L[h] <= stop_at || L[h] - L[m] < 2) break;
     std::fill(depth.begin(), depth.end(), -1);
-    std::fill(reached.begin(), reached.end(), -1);
     depth[h] = 0;
     frontier[0] = h;
-    // NOTE: level d's ranks are frontier[level_begin, level_end). Step 2's sets do not depend on
-    // the order ranks and broadcasts are visited in, so walking the broadcasts that level d's
-    // ranks host gives the same levels as scanning every broadcast for a giver of level d.
+    // NOTE: level d's ranks are frontier[level_begin, level_end), the experts it gives
+    // given[given_begin, num_given). Step 2's sets do not depend on the order ranks and
+    // broadcasts are visited in, so walking the broadcasts that level d's ranks host, and then
+    // every broadcast of each expert they give, gives the same levels as scanning every
+    // broadcast for a giver of level d.
     int level_begin = 0;
     int level_end = 1;
+    int num_given = 0;
     for (int d = 0; depth[m] < 0; ++d) {
+      const int given_begin = num_given;
       for (int i = level_begin; i < level_end; ++i) {
         const int v = frontier[i];
         for (int32_t k = ws.host_begin[v]; k < ws.host_begin[v + 1]; ++k) {
           const Broadcast& x = plan.broadcasts[ws.host_list[k]];
-          if (reached[x.expert] < 0 && x.quota[v] > 0) reached[x.expert] = d;
+          if (reached[x.expert] < 0 && x.quota[v] > 0) {
+            reached[x.expert] = d;
+            given[num_given++] = x.expert;
+          }
         }
       }
       int next_end = level_end;
-      for (int b = 0; b < num_broadcasts; ++b) {
-        const Broadcast& x = plan.broadcasts[b];
-        if (reached[x.expert] != d) continue;
-        for (int r = x.group_begin; r < x.group_begin + x.group_size; ++r) {
-          if (depth[r] < 0 && hosts(b, r)) {
-            depth[r] = d + 1;
-            frontier[next_end++] = r;
+      for (int j = given_begin; j < num_given; ++j) {
+        for (int b = latest[given[j]]; b >= 0; b = earlier[b]) {
+          const Broadcast& x = plan.broadcasts[b];
+          for (int r = x.group_begin; r < x.group_begin + x.group_size; ++r) {
+            if (depth[r] < 0 && hosts(b, r)) {
+              depth[r] = d + 1;
+              frontier[next_end++] = r;
+            }
           }
-        }
-        if (depth[x.owner] < 0 && owner_hosts(b)) {
-          depth[x.owner] = d + 1;
-          frontier[next_end++] = x.owner;
+          if (depth[x.owner] < 0 && owner_hosts(b)) {
+            depth[x.owner] = d + 1;
+            frontier[next_end++] = x.owner;
+          }
         }
       }
       if (next_end == level_end) break;
       level_begin = level_end;
       level_end = next_end;
     }
+    for (int j = 0; j < num_given; ++j) reached[given[j]] = -1;
+    // The reached ranks other than h: frontier[1, level_end).
     int r = -1;
-    for (int v = 0; v < P; ++v) {
-      if (depth[v] > 0 && (r < 0 || L[v] < L[r])) r = v;
+    for (int i = 1; i < level_end; ++i) {
+      const int v = frontier[i];
+      if (r < 0 || L[v] < L[r] || (L[v] == L[r] && v < r)) r = v;
     }
     if (r < 0 || L[h] - L[r] < 2) break;
     int32_t delta = (L[h] - L[r]) / 2;
     for (int c = r, i = depth[r] - 1; i >= 0; --i) {
-      std::fill(hosted.begin(), hosted.end(), -1);
       for (int32_t k = ws.host_begin[c + 1] - 1; k >= ws.host_begin[c]; --k) {
         hosted[plan.broadcasts[ws.host_list[k]].expert] = ws.host_list[k];
       }
@@ -161,6 +190,9 @@ void level_chains(const Topology& topo, int32_t stop_at, PlannerWorkspace& ws, P
       link_b[i] = b;
       link_v[i] = v;
       link_y[i] = hosted[plan.broadcasts[b].expert];
+      for (int32_t k = ws.host_begin[c]; k < ws.host_begin[c + 1]; ++k) {
+        hosted[plan.broadcasts[ws.host_list[k]].expert] = -1;
+      }
       delta = std::min(delta, plan.broadcasts[b].quota[v]);
       c = v;
     }

@@ -19,41 +19,47 @@
 //    owner: its cursor has already advanced. A replication that would be resident (same expert,
 //    level and group as in options.previous) moves no bytes and is never skipped.
 #include <algorithm>
+#include <array>
 
 #include "iser/error.h"
 #include "iser/planner.h"
 #include "planner/placement_common.h"
 
 namespace iser {
+
+void top_home_experts(const Topology& topo, int owner, int count, const std::vector<int32_t>& hist,
+                      int32_t* top) {
+  const int H = topo.experts_per_rank();
+  const int C = count;
+  ISER_CHECK(C >= 1 && C <= kMaxTopHomeExperts && C <= H, "top_home_experts: count {} (H = {})", C,
+             H);
+  // NOTE: the kept hist values live in `kept` (not re-read through top[]): hist >= 0, so -1
+  // admits any expert while fewer than C are kept.
+  std::array<int32_t, kMaxTopHomeExperts> kept;
+  int32_t admit_above = -1;
+  int filled = 0;
+  for (int e = owner * H; e < (owner + 1) * H; ++e) {
+    const int32_t h = hist[e];
+    if (h <= admit_above) continue;  // the common case: not top-C
+    // Insertion into the sorted prefix: strictly heavier moves ahead, so an equal hist keeps
+    // the earlier (smaller) expert first.
+    int pos = filled < C ? filled : C - 1;
+    while (pos > 0 && kept[pos - 1] < h) {
+      kept[pos] = kept[pos - 1];
+      top[pos] = top[pos - 1];
+      --pos;
+    }
+    kept[pos] = h;
+    top[pos] = e;
+    if (filled < C) ++filled;
+    if (filled == C) admit_above = kept[C - 1];
+  }
+}
+
 namespace {
 
 int32_t ceil_div(int32_t a, int32_t b) {
   return a / b + (a % b != 0 ? 1 : 0);
-}
-
-// The top-C home experts of every owner by hist, ties to the smaller expert id; C entries per
-// owner, in decreasing order.
-void select_candidates(const Topology& topo, int C, PlannerWorkspace& ws) {
-  const int P = topo.num_ranks;
-  const int H = topo.experts_per_rank();
-  ws.candidates.assign(static_cast<size_t>(P) * C, -1);
-  for (int o = 0; o < P; ++o) {
-    int32_t* top = ws.candidates.data() + static_cast<size_t>(o) * C;
-    int filled = 0;
-    for (int e = o * H; e < (o + 1) * H; ++e) {
-      const int32_t h = ws.hist[e];
-      if (filled == C && h <= ws.hist[top[C - 1]]) continue;  // the common case: not top-C
-      // Insertion into the sorted prefix: strictly heavier moves ahead, so an equal hist keeps
-      // the earlier (smaller) expert first.
-      int pos = filled;
-      while (pos > 0 && ws.hist[top[pos - 1]] < h) --pos;
-      if (pos >= C) continue;
-      const int last = std::min(filled, C - 1);
-      for (int i = last; i > pos; --i) top[i] = top[i - 1];
-      top[pos] = e;
-      if (filled < C) ++filled;
-    }
-  }
 }
 
 struct GroupChoice {
@@ -244,9 +250,12 @@ void place_prepared(const Topology& topo, const HaloQOptions& options, PlannerWo
   // Interpretation: with LSA teams the water level T is per team (team_water_levels); with one
   // team it is plan.target.
   team_water_levels(topo, plan.target, 0, L, ws);
-  auto water = [&](int r) { return ws.team_water[topo.team_of(r)]; };
+  const int num_teams = topo.num_teams();  // no division per rank with one team
+  const int team_size = topo.team_size();
+  auto water = [&](int r) { return ws.team_water[num_teams == 1 ? 0 : r / team_size]; };
 
-  select_candidates(topo, C, ws);
+  // An owner's top-C list is filled on its first pass (most owners of a real input have none).
+  ws.candidates.assign(static_cast<size_t>(P) * C, -1);
   ws.recv_used.assign(P, 0);
   ws.send_used.assign(P, 0);
   ws.next_candidate.assign(P, 0);
@@ -268,7 +277,9 @@ void place_prepared(const Topology& topo, const HaloQOptions& options, PlannerWo
       ws.frozen[o] = 1;
       continue;
     }
-    const int32_t e = ws.candidates[static_cast<size_t>(o) * C + ws.next_candidate[o]];
+    int32_t* top = ws.candidates.data() + static_cast<size_t>(o) * C;
+    if (top[0] < 0) top_home_experts(topo, o, C, ws.hist, top);
+    const int32_t e = top[ws.next_candidate[o]];
     ++ws.next_candidate[o];  // the cursor advances even if this attempt fails
     const int32_t mass = ws.hist[e];
     if (mass == 0) {

@@ -16,6 +16,12 @@ namespace iser {
 int32_t prepare_loads(const Topology& topo, const CountMatrix& counts, PlannerWorkspace& ws,
                       Plan& plan);
 
+// The `count` home experts of `owner` with the most routes (hist), ties to the smaller expert
+// id, in that order into top[0 .. count) (1 <= count <= min(H, kMaxTopHomeExperts)).
+inline constexpr int kMaxTopHomeExperts = kMaxSlots + 8;
+void top_home_experts(const Topology& topo, int owner, int count, const std::vector<int32_t>& hist,
+                      int32_t* top);
+
 // True if options.previous holds a broadcast of `expert` on the same level and group: a new one
 // there would be resident (no bytes move), so min_move does not apply to it.
 bool matches_previous(const HaloQOptions& options, int32_t expert, int32_t level,
@@ -53,7 +59,7 @@ void place_prepared(const Topology& topo, const HaloQOptions& options, PlannerWo
 // chains of hosts from the busiest rank to the least loaded reachable one, while the max load is
 // above stop_at, for at most kIserChainSteps · P steps; groups, payloads and Σ quotas per expert
 // stay, the max load never rises. Uses ws.order, members, recv_used, send_used, group_cold,
-// next_candidate and candidates as scratch.
+// group_room, next_candidate, candidates, repair and chain_experts as scratch.
 void level_chains(const Topology& topo, int32_t stop_at, PlannerWorkspace& ws, Plan& plan);
 
 // iser's top-up exports of the kept placement (iser_top_up.cpp): while the busiest rank h is
