@@ -2,6 +2,9 @@
 // plans, the plan JSON and the resident policy.
 #include <gtest/gtest.h>
 
+#include <algorithm>
+#include <random>
+
 #include "core/planner/placement_common.h"
 #include "iser/bound.h"
 #include "iser/error.h"
@@ -37,6 +40,49 @@ TEST(PlannerStages, CandidatesBreakTiesTowardTheSmallerExpert) {
   ASSERT_EQ(plan.broadcasts.size(), 2u);
   EXPECT_EQ(plan.broadcasts[0].expert, 0);
   EXPECT_EQ(plan.broadcasts[1].expert, 1);
+}
+
+// The room-aware placement's expert choice walks each owner's busiest home experts and falls
+// back to a scan of all of them where the list cannot decide: on random states (small hist
+// ranges for ties, shares cut to any value <= hist, experts spent at random, most of the top of
+// the list spent in some states so that the fallback runs) it must pick what the plain scan
+// picks: the most routes still at home, not spent, > 0, ties to the smaller id.
+TEST(PlannerStages, NextExpertMatchesTheFullScan) {
+  std::mt19937 rng(7);
+  int fallbacks = 0;
+  for (int trial = 0; trial < 4000; ++trial) {
+    const int P = 2 + static_cast<int>(rng() % 3);
+    const int H = 1 + static_cast<int>(rng() % 24);
+    const int S = static_cast<int>(rng() % 5);
+    const auto topo = Topology::make(P, P * H, S, 1);
+    const int K = home_order_size(topo);
+    PlannerWorkspace ws;
+    ws.hist.resize(P * H);
+    const int range = 1 + static_cast<int>(rng() % 6);
+    for (int32_t& h : ws.hist) h = static_cast<int32_t>(rng() % range);
+    ws.candidates = ws.hist;  // share
+    ws.next_candidate.assign(P * H, 0);
+    const bool spend_top = rng() % 3 == 0;
+    for (int x = 0; x < P * H; ++x) {
+      if (rng() % 3 == 0) ws.candidates[x] = static_cast<int32_t>(rng() % (ws.hist[x] + 1));
+      if (rng() % 4 == 0 || (spend_top && ws.hist[x] + 1 >= range)) ws.next_candidate[x] = 1;
+    }
+    order_home_experts(topo, ws);
+    for (int o = 0; o < P; ++o) {
+      int want = -1;
+      for (int x = o * H; x < (o + 1) * H; ++x) {
+        if (!ws.next_candidate[x] && ws.candidates[x] > 0 &&
+            (want < 0 || ws.candidates[x] > ws.candidates[want])) {
+          want = x;
+        }
+      }
+      ASSERT_EQ(next_expert(topo, ws, o), want) << "trial " << trial << " owner " << o;
+      // Where the list held the answer past its end, the fallback ran: count those.
+      const int32_t* top = ws.home_order.data() + static_cast<size_t>(o) * K;
+      if (K < H && (want < 0 || std::find(top, top + K, want) == top + K)) ++fallbacks;
+    }
+  }
+  EXPECT_GT(fallbacks, 100);  // the fallback scan is exercised, not only the walk
 }
 
 TEST(PlannerStages, ColoringFailureIsAnInternalError) {

@@ -138,27 +138,14 @@ Choice best_group_at(const Topology& topo, int level, int owner, int32_t give,
 
 }  // namespace
 
-namespace {
-
-// The home experts each owner's placement passes look at first (ws.home_order): a few more than
-// it can export, so that spent experts rarely push the choice past the list.
-inline constexpr int kHomeOrderExtra = 4;
 int home_order_size(const Topology& topo) {
   return std::min(topo.experts_per_rank(), topo.num_slots + kHomeOrderExtra);
 }
 
-// Before an iser placement: ws.home_order holds no owner's list yet (filled by next_expert on
-// an owner's first pass: most owners of a real input never export).
 void order_home_experts(const Topology& topo, PlannerWorkspace& ws) {
   ws.home_order.assign(static_cast<size_t>(topo.num_ranks) * home_order_size(topo), -1);
 }
 
-// The room-aware placement's next expert of owner o: its home expert with the most routes still
-// at home (share = ws.candidates), not spent (ws.next_candidate) and share > 0; ties: the smaller
-// id; -1 when none. ws.home_order lists o's busiest home experts (by hist, ties: the smaller id)
-// and share <= hist, so the walk stops once hist falls below the best share; past the list it
-// is decided only when the best share found exceeds every other home expert's hist, and
-// otherwise every home expert is scanned.
 int next_expert(const Topology& topo, PlannerWorkspace& ws, int o) {
   const int H = topo.experts_per_rank();
   const int K = home_order_size(topo);
@@ -183,6 +170,8 @@ int next_expert(const Topology& topo, PlannerWorkspace& ws, int o) {
   }
   return e;
 }
+
+namespace {
 
 // The room-aware placement with water level W = T + slack (plan.target stays T; per LSA team, see
 // team_water_levels), raised to water_floor: owners above W export, members fill up to W. Owner

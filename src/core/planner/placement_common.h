@@ -22,6 +22,20 @@ inline constexpr int kMaxTopHomeExperts = kMaxSlots + 8;
 void top_home_experts(const Topology& topo, int owner, int count, const std::vector<int32_t>& hist,
                       int32_t* top);
 
+// The room-aware placement's expert choice (iser.cpp). ws.home_order holds, per owner, the
+// home_order_size(topo) = min(H, S + kHomeOrderExtra) home experts with the most routes (by hist,
+// ties: the smaller id), filled on the owner's first pass: a few more than it can export, so that
+// spent experts rarely push the choice past the list. order_home_experts empties the lists
+// (after prepare_loads, before a placement). next_expert returns owner o's home expert x with the
+// most routes still at home (share[x] = ws.candidates[x]), not spent (ws.next_candidate[x] == 0)
+// and share[x] > 0, ties to the smaller id; -1 when none. share <= hist, so the walk down the
+// list stops once hist falls below the best share found; past the list it is decided only when
+// that share exceeds every other home expert's hist, and otherwise every home expert is scanned.
+inline constexpr int kHomeOrderExtra = 4;
+int home_order_size(const Topology& topo);
+void order_home_experts(const Topology& topo, PlannerWorkspace& ws);
+int next_expert(const Topology& topo, PlannerWorkspace& ws, int o);
+
 // True if options.previous holds a broadcast of `expert` on the same level and group: a new one
 // there would be resident (no bytes move), so min_move does not apply to it.
 bool matches_previous(const HaloQOptions& options, int32_t expert, int32_t level,
