@@ -61,6 +61,10 @@ struct HaloQOptions {
   // breadth-first candidates, try the finest ladder (plan_iser; the GPU planner always does). Off
   // only to measure what it adds (tests, ablations).
   bool iser_finest_ladder = true;
+  // iser only: the finest ladder runs its rungs a second time, each with its first broadcast in
+  // the group chosen with the rule's own choice left out (plan_iser; the GPU planner always
+  // does). Off only to measure what it adds (tests, ablations).
+  bool iser_second_choice = true;
 };
 
 // A policy of the HALO-Q family as planner settings: its HaloQOptions (min_move 0, previous

@@ -16,10 +16,12 @@
 //   copied over block 0 when it wins. So the sequential form needs two candidate blocks only.
 // Then, still above finish_level with the helper slots nearly spent, the finest ladder: the
 // room-aware placement on the finest groups only at kIserFinestLadderSteps water levels, each
-// leveled and finished, the CPU's comparisons in rung order. Parallel (ladder_rung_warp): the
-// rungs at once on warps 1 .. kIserFinestLadderSteps in their own blocks, the winner copied into
-// block 0; sequential (finest_ladder, warp 0): one after the other in block 1, copied over block
-// 0 when strictly better.
+// leveled and finished, the CPU's comparisons in rung order; then the same rungs in their
+// second-choice form (the first broadcast in the group chosen with the rule's own choice left
+// out). Parallel (ladder_rung_warp): the rungs of one form at once on warps 1 ..
+// kIserFinestLadderSteps in their own blocks, the winner copied into block 0, then the other
+// form; sequential (finest_ladder, warp 0): one after the other in block 1, copied over block 0
+// when strictly better.
 #pragma once
 
 #include "cuda/plan_iser.cuh"
@@ -153,21 +155,22 @@ __device__ __forceinline__ LadderStart ladder_start(const State& st, int T, int 
 }
 
 // One rung of the ladder in `mine`'s block (one warp, every lane): placed at `water` on the
-// finest groups, leveled, finished (scratch: a free block or the stage-4 pair lists). Returns
+// finest groups (second_choice: its first broadcast in the group chosen with the rule's own
+// choice left out), leveled, finished (scratch: a free block or the stage-4 pair lists). Returns
 // its number of broadcasts.
 __device__ __forceinline__ int ladder_rung(const State& mine, const PlanParams& p, int T, int water,
-                                           int* scratch, int lane) {
+                                           bool second_choice, int* scratch, int lane) {
   start_candidate(mine, true, lane);
   const int num = place(mine, p, T, water, true, lane, /*breadth_first=*/false,
-                        /*finest_only=*/true);
+                        /*finest_only=*/true, second_choice);
   level_quotas(mine, num, lane);
   return finish_candidate(mine, num, T, finish_level(T), p.min_move, scratch, lane,
                           [] { return false; });
 }
 
 // The sequential form's ladder (warp 0, every lane): the rungs one after the other in block 1,
-// each copied over block 0 when strictly better. Returns the kept plan's number of broadcasts.
-// Out of line, State and PlanParams by value (as finish_sequential).
+// then the second-choice rungs, each copied over block 0 when strictly better. Returns the kept
+// plan's number of broadcasts. Out of line, State and PlanParams by value (as finish_sequential).
 inline __device__ __noinline__ int finest_ladder(const State st, const PlanParams p, int T,
                                                  int num_kept, int lane) {
   const LadderStart l = ladder_start(st, T, num_kept, lane);
@@ -176,10 +179,11 @@ inline __device__ __noinline__ int finest_ladder(const State st, const PlanParam
   State challenger = st;
   challenger.use_buffer(1);
 #pragma unroll 1
-  for (int j = 0; j < kIserFinestLadderSteps; ++j) {
+  for (int k = 0; k < 2 * kIserFinestLadderSteps; ++k) {
     // NOTE: PlanSmem::finish_scratch_words (pair_head .. pair_items) >= 6 max_broadcasts + 5 P,
     // what level_chains and top_up_exports take (checked on the host).
-    const int num = ladder_rung(challenger, p, T, l.water(j), st.pair_head, lane);
+    const int num = ladder_rung(challenger, p, T, l.water(k % kIserFinestLadderSteps),
+                                k >= kIserFinestLadderSteps, st.pair_head, lane);
     const unsigned long long cost = candidate_cost(challenger, num, lane);
     if (cost < cost_kept) {  // ties: the kept plan
       cost_kept = cost;
@@ -191,15 +195,16 @@ inline __device__ __noinline__ int finest_ladder(const State st, const PlanParam
 }
 
 // The parallel form's ladder, by warp w = 1 .. kIserFinestLadderSteps (every lane), after a block
-// barrier that follows the finish (the kept plan in block 0, num_kept broadcasts): rung w − 1 in
-// block w, scratch block w + kIserFinestLadderSteps (the last rung: the stage-4 pair lists); its
-// cost (the largest key when the ladder does not run) and size to iser_candidates. Every ladder
-// warp computes the same LadderStart. Out of line, State and PlanParams by value.
+// barrier that follows the finish: rung w − 1 (second_choice: its second-choice form) in block w,
+// scratch block w + kIserFinestLadderSteps (the last rung: the stage-4 pair lists); its cost (the
+// largest key when the ladder does not run) and size to iser_candidates. `l`: the LadderStart of
+// the plan before the ladder, the same on every ladder warp and for both forms of the rungs (the
+// CPU fixes the water levels before the first rung). Out of line, State and PlanParams by value.
 static_assert(2 * kIserFinestLadderSteps <= kIserParallelBlocks,
               "the ladder's rungs and all but one of their scratch areas fit the candidate blocks");
 inline __device__ __noinline__ void ladder_rung_warp(const State st, const PlanParams p, int T,
-                                                     int num_kept, int warp, int lane) {
-  const LadderStart l = ladder_start(st, T, num_kept, lane);
+                                                     const LadderStart l, bool second_choice,
+                                                     int warp, int lane) {
   unsigned long long cost = ~0ull;
   int num = 0;
   if (l.run) {
@@ -208,7 +213,7 @@ inline __device__ __noinline__ void ladder_rung_warp(const State st, const PlanP
     int* scratch = warp < kIserFinestLadderSteps
                        ? candidate_block(st, warp + kIserFinestLadderSteps)
                        : st.pair_head;
-    num = ladder_rung(mine, p, T, l.water(warp - 1), scratch, lane);
+    num = ladder_rung(mine, p, T, l.water(warp - 1), second_choice, scratch, lane);
     cost = candidate_cost(mine, num, lane);
   }
   if (lane == 0) {
@@ -308,24 +313,37 @@ __device__ __forceinline__ int finish_parallel(const State& st, const PlanParams
     }
   }
   if (kept != 0) copy_block_to_0(st, kept, tid, PlanConfig::kThreads);
-  const int num = iser_candidates.num[kept];
+  int num = iser_candidates.num[kept];
   // The finest ladder: its rungs at once on warps 1 .. kIserFinestLadderSteps, then the CPU's
-  // comparisons in rung order (a rung is kept only when strictly better).
+  // comparisons in rung order (a rung is kept only when strictly better); then the same for the
+  // second-choice rungs, in blocks 1 .. kIserFinestLadderSteps again (the winner so far sits in
+  // block 0).
   __syncthreads();  // block 0 holds the finished plan; every thread has read num
-  if (warp >= 1 && warp <= kIserFinestLadderSteps) ladder_rung_warp(st, p, T, num, warp, lane);
-  __syncthreads();
-  int rung = 0;
+  const bool ladder_warp = warp >= 1 && warp <= kIserFinestLadderSteps;
+  LadderStart l;
+  if (ladder_warp) l = ladder_start(st, T, num, lane);
 #pragma unroll 1
-  for (int w = 1; w <= kIserFinestLadderSteps; ++w) {
-    const unsigned long long cost = iser_candidates.cost[w];
-    if (cost < cost_kept) {
-      rung = w;
-      cost_kept = cost;
+  for (int form = 0; form < 2; ++form) {
+    if (ladder_warp) ladder_rung_warp(st, p, T, l, /*second_choice=*/form == 1, warp, lane);
+    __syncthreads();
+    int rung = 0;
+#pragma unroll 1
+    for (int w = 1; w <= kIserFinestLadderSteps; ++w) {
+      const unsigned long long cost = iser_candidates.cost[w];
+      if (cost < cost_kept) {
+        rung = w;
+        cost_kept = cost;
+      }
     }
+    if (rung != 0) {
+      copy_block_to_0(st, rung, tid, PlanConfig::kThreads);
+      num = iser_candidates.num[rung];
+    }
+    // Block 0 and num are final for this form; every thread has read the costs before the
+    // ladder warps write the next form's (and the rung's block is free again).
+    __syncthreads();
   }
-  if (rung == 0) return num;
-  copy_block_to_0(st, rung, tid, PlanConfig::kThreads);
-  return iser_candidates.num[rung];
+  return num;
 }
 
 }  // namespace iser::cuda::plan_detail

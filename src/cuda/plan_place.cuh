@@ -337,10 +337,12 @@ __device__ __forceinline__ bool meets_chain(const State& st, int b, int begin, i
 // members, then the lowest group; groups meeting an earlier group of the expert (chain from
 // `latest`) are skipped. Then the finest level absorbing >= 7/8 of the best level's amount.
 // The owner (L > W) adds neither room nor a cold member, so it needs no exclusion. Levels below
-// min_level are not searched (plan_iser's finest ladder searches the finest level only).
+// min_level are not searched (plan_iser's finest ladder searches the finest level only), nor is
+// the group `left_out` (level -1: none; plan_iser's second-choice rungs).
 template <int K>
 __device__ GroupChoice choose_group_room_aware(const State& st, const GroupSums<K>& sums, int give,
-                                               int latest, int min_level, int lane) {
+                                               int latest, int min_level,
+                                               const GroupChoice& left_out, int lane) {
   const int P = st.P;
   // Per lane and level: the best of the lane's groups as (absorbed, (127 - cold) << 7 | 127 - g).
   unsigned hi[kMaxLevels], lo[kMaxLevels];
@@ -361,6 +363,7 @@ __device__ GroupChoice choose_group_room_aware(const State& st, const GroupSums<
     const unsigned cold = prefix_at<K>(sums.cold, end_pos) - prefix_at<K>(sums.cold, begin_pos);
     // Not searched, or a member has no free helper slot.
     if (!valid || level < min_level || (sum & 127u) != 0) continue;
+    if (level == left_out.level && begin == left_out.begin) continue;
     const unsigned room = sum >> 7;
     if (room == 0) continue;
     if (latest >= 0 && meets_chain(st, latest, begin, size)) continue;
@@ -527,7 +530,7 @@ __device__ __forceinline__ unsigned owner_key(const RankState<K>& rs, int S, int
 template <int K>
 __device__ __forceinline__ int place_ranks(const State& st, const PlanParams& p, int T, int water,
                                            bool room_aware, int lane, bool breadth_first = false,
-                                           bool finest_only = false) {
+                                           bool finest_only = false, bool second_choice = false) {
   const int P = st.P;
   const int S = st.S;
   const int C = st.C;
@@ -599,8 +602,14 @@ __device__ __forceinline__ int place_ranks(const State& st, const PlanParams& p,
         mass = static_cast<int>(share);
         give = min(load_o - water, mass);
         latest = st.expert_broadcast[expert];
-        g = choose_group_room_aware<K>(st, sums, give, latest, finest_only ? st.num_levels - 1 : 0,
-                                       lane);
+        const int min_level = finest_only ? st.num_levels - 1 : 0;
+        g = choose_group_room_aware<K>(st, sums, give, latest, min_level, GroupChoice{}, lane);
+        if (second_choice && num_broadcasts == 0 && g.level >= 0) {
+          // The first broadcast: the group chosen with g left out, where one has room.
+          const GroupChoice other =
+              choose_group_room_aware<K>(st, sums, give, latest, min_level, g, lane);
+          if (other.level >= 0) g = other;
+        }
         // No room for an expert not exported yet: none for any of o's (see above); o freezes.
         freeze = g.level < 0 && latest < 0;
         if (g.level < 0 && !freeze) {
@@ -673,20 +682,24 @@ __device__ __forceinline__ int place_ranks(const State& st, const PlanParams& p,
 template <int K>
 __device__ __noinline__ int place_ranks_out_of_line(const State st, const PlanParams p, int T,
                                                     int water, bool room_aware, int lane,
-                                                    bool breadth_first, bool finest_only) {
-  return place_ranks<K>(st, p, T, water, room_aware, lane, breadth_first, finest_only);
+                                                    bool breadth_first, bool finest_only,
+                                                    bool second_choice) {
+  return place_ranks<K>(st, p, T, water, room_aware, lane, breadth_first, finest_only,
+                        second_choice);
 }
 
 // Placement entry of plan_iser's candidates (warp 0): HALO-Q at T, or room-aware at water W
 // (breadth-first: owners with the fewest broadcasts sent first; finest_only: the finest level's
-// groups only).
+// groups only; second_choice: the first broadcast in the group chosen with the rule's own choice
+// left out, where one has room).
 __device__ __forceinline__ int place(const State& st, const PlanParams& p, int T, int water,
                                      bool room_aware, int lane, bool breadth_first = false,
-                                     bool finest_only = false) {
-  return st.P <= 32 ? place_ranks_out_of_line<1>(st, p, T, water, room_aware, lane, breadth_first,
-                                                 finest_only)
-                    : place_ranks_out_of_line<PlanConfig::kRankChunks>(
-                          st, p, T, water, room_aware, lane, breadth_first, finest_only);
+                                     bool finest_only = false, bool second_choice = false) {
+  return st.P <= 32
+             ? place_ranks_out_of_line<1>(st, p, T, water, room_aware, lane, breadth_first,
+                                          finest_only, second_choice)
+             : place_ranks_out_of_line<PlanConfig::kRankChunks>(
+                   st, p, T, water, room_aware, lane, breadth_first, finest_only, second_choice);
 }
 
 // Stage 3: slot coloring (warp 0): levels coarse to fine, plan order within a level, the

@@ -153,10 +153,12 @@ inline bool stage_kept(const Topology& topo, const CountMatrix& counts, HaloQOpt
 }
 
 // iser plans compared so far that kept a breadth-first candidate, that the relay rounds changed
-// and that kept a finest-ladder candidate (coverage of those paths).
+// and that kept a finest-ladder candidate or one of its second-choice rungs (coverage of those
+// paths).
 inline std::atomic<int> g_iser_breadth_first{0};
 inline std::atomic<int> g_iser_relays{0};
 inline std::atomic<int> g_iser_finest_ladder{0};
+inline std::atomic<int> g_iser_second_choice{0};  // kept a second-choice rung
 
 inline std::string first_difference(const Plan& gpu, const Plan& cpu) {
   if (gpu.target != cpu.target) return fmt::format("target {} vs {}", gpu.target, cpu.target);

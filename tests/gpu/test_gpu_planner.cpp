@@ -324,6 +324,10 @@ int check_skew_families(bool sequential) {
                        cpu)) {
           ++g_iser_finest_ladder;
         }
+        if (stage_kept(topo, inputs[i], cpu_options(options), &HaloQOptions::iser_second_choice,
+                       cpu)) {
+          ++g_iser_second_choice;
+        }
       }
     }
   }
@@ -334,15 +338,18 @@ TEST(GpuPlannerIser, MatchesCpuOnSkewFamilies) {
   ISER_REQUIRE_GPUS(1);
   g_iser_relays = 0;
   g_iser_finest_ladder = 0;
+  g_iser_second_choice = 0;
   const int breadth_first = check_skew_families(false);
   if (HasFailure()) return;
   std::printf(
       "GPU iser == CPU plan_iser on the skew families (%d breadth-first, %d relayed, %d finest "
-      "ladder)\n",
-      breadth_first, g_iser_relays.load(), g_iser_finest_ladder.load());
+      "ladder, %d second-choice rung)\n",
+      breadth_first, g_iser_relays.load(), g_iser_finest_ladder.load(),
+      g_iser_second_choice.load());
   EXPECT_GT(breadth_first, 0);
   EXPECT_GT(g_iser_relays.load(), 0);
   EXPECT_GT(g_iser_finest_ladder.load(), 0);
+  EXPECT_GT(g_iser_second_choice.load(), 0);
 }
 
 // The largest iser shape: P = 64, E = 1024, S = 16, g_min = 1 (groups of one rank, so up to
@@ -378,10 +385,12 @@ TEST(GpuPlannerIser, SequentialFormMatchesCpu) {
   if (HasFailure()) return;
   g_iser_relays = 0;
   g_iser_finest_ladder = 0;
+  g_iser_second_choice = 0;
   const int breadth_first = check_skew_families(true);
   if (HasFailure()) return;
   const int relayed = g_iser_relays.load();
   const int finest = g_iser_finest_ladder.load();
+  const int second_choice = g_iser_second_choice.load();
   g_iser_breadth_first = 0;
   GpuPlannerOptions options = iser_variant(0);
   options.iser_sequential = true;
@@ -389,11 +398,13 @@ TEST(GpuPlannerIser, SequentialFormMatchesCpu) {
   if (HasFailure()) return;
   std::printf(
       "GPU iser (sequential form) == CPU plan_iser on the skew families (%d breadth-first, %d "
-      "relayed, %d finest ladder) and power-law counts (%d breadth-first)\n",
-      breadth_first, relayed, finest, g_iser_breadth_first.load());
+      "relayed, %d finest ladder, %d second-choice rung) and power-law counts (%d "
+      "breadth-first)\n",
+      breadth_first, relayed, finest, second_choice, g_iser_breadth_first.load());
   EXPECT_GT(breadth_first, 0);
   EXPECT_GT(relayed, 0);
   EXPECT_GT(finest, 0);
+  EXPECT_GT(second_choice, 0);
 }
 
 TEST(GpuPlannerIser, HostSideLimits) {

@@ -34,7 +34,8 @@
 //     fewest broadcasts first), finished the same way, each kept only when strictly better.
 //  8. Still above it: the finest ladder, room-aware placements on the finest groups only at
 //     water levels from the slot budget's bound up toward the best max load, finished the same
-//     way, each kept only when strictly better (where every helper slot is needed).
+//     way, each kept only when strictly better (where every helper slot is needed); then the same
+//     rungs with the first broadcast in the second-choice group.
 // Quota bookkeeping for an expert broadcast k times: the owner's remaining share sits in the
 // latest broadcast of that expert (earlier ones then hold 0 for the owner); members of each
 // broadcast hold what they took. Σ quotas = hist[e] per expert.
@@ -112,10 +113,11 @@ void tally_groups(const Topology& topo, const std::vector<int32_t>& loads, Plann
 
 // The eligible group of `level` that absorbs the most of `give` (min(room, give)); ties: fewer
 // cold members (each burns a scarce receiving slot), then the lowest first rank. Groups meeting
-// an earlier group of the same expert are skipped. Only groups of the owner's LSA team count.
+// an earlier group of the same expert are skipped, and so is `left_out` (its level and first
+// rank; level -1: none). Only groups of the owner's LSA team count.
 Choice best_group_at(const Topology& topo, int level, int owner, int32_t give,
                      const PlannerWorkspace& ws, const Plan& plan, size_t num_broadcasts,
-                     int32_t expert, bool exported) {
+                     int32_t expert, bool exported, const Choice& left_out) {
   const int size = topo.group_size(level);
   const int first = topo.num_groups(level) - topo.num_teams();
   Choice best{level, 0, -1};
@@ -129,11 +131,37 @@ Choice best_group_at(const Topology& topo, int level, int owner, int32_t give,
     const int32_t absorbed = std::min(room, give);
     if (absorbed < best_absorbed || (absorbed == best_absorbed && cold >= best_cold)) continue;
     if (exported && overlaps_earlier(plan, num_broadcasts, expert, g * size, size)) continue;
+    if (level == left_out.level && g * size == left_out.begin) continue;
     best = {level, g * size, room};
     best_absorbed = absorbed;
     best_cold = cold;
   }
   return best;
+}
+
+// The group of a room-aware pass (tally_groups first): per level from min_level, the group
+// best_group_at picks (leaving `left_out` out); among levels, the finest one absorbing >= 7/8 of
+// the best level's amount. The 1/8 slack prices slots: a coarser group costs a helper slot on
+// every member, so it must absorb clearly more. Level -1: no eligible group has room.
+Choice choose_group(const Topology& topo, int min_level, int owner, int32_t give,
+                    const PlannerWorkspace& ws, const Plan& plan, size_t num_broadcasts,
+                    int32_t expert, bool exported, const Choice& left_out = {}) {
+  Choice per_level[32];
+  int32_t best_absorbed = 0;
+  const int num_levels = topo.num_levels();
+  for (int level = min_level; level < num_levels; ++level) {
+    per_level[level] = best_group_at(topo, level, owner, give, ws, plan, num_broadcasts, expert,
+                                     exported, left_out);
+    best_absorbed = std::max(best_absorbed, std::min(per_level[level].room, give));
+  }
+  if (best_absorbed <= 0) return {};
+  for (int level = num_levels - 1; level >= min_level; --level) {
+    const int32_t absorbed = std::min(per_level[level].room, give);
+    if (absorbed > 0 && int64_t{absorbed} * 8 >= int64_t{best_absorbed} * 7) {
+      return per_level[level];
+    }
+  }
+  return {};  // not reached: the best level itself qualifies
 }
 
 }  // namespace
@@ -178,10 +206,12 @@ namespace {
 // order: the busiest first (ties: the lowest rank); breadth-first: the fewest broadcasts sent so
 // far first, then the busiest, then the lowest rank, so every owner above W gets a broadcast
 // before any gets a second (plan_iser's breadth-first candidates). finest_only: only the finest
-// level's groups are searched (plan_iser's finest ladder).
+// level's groups are searched (plan_iser's finest ladder). second_choice: until the first
+// broadcast is placed, a pass takes the group chosen with the rule's own choice left out, where
+// one has room (plan_iser's second-choice rungs).
 void place_room_aware(const Topology& topo, const HaloQOptions& options, int32_t slack_divisor,
                       bool breadth_first, PlannerWorkspace& ws, Plan& plan, int32_t water_floor = 0,
-                      bool finest_only = false) {
+                      bool finest_only = false, bool second_choice = false) {
   const int32_t target = plan.target;
   const int P = topo.num_ranks;
   const int H = topo.experts_per_rank();
@@ -208,7 +238,6 @@ void place_room_aware(const Topology& topo, const HaloQOptions& options, int32_t
   const int64_t max_passes = static_cast<int64_t>(P) * (H + S + 1) + 1;
   const int num_teams = topo.num_teams();  // the water level's index below: no division with one
   const int team_size = topo.team_size();
-  Choice per_level[32];  // the best group of each level, for the current pass
   for (int64_t pass = 0; pass < max_passes; ++pass) {
     int o = -1;
     for (int r = 0; r < P; ++r) {
@@ -234,15 +263,9 @@ void place_room_aware(const Topology& topo, const HaloQOptions& options, int32_t
     }
     const int32_t give = std::min(L[o] - T, share[e]);
 
-    // Level choice: the finest level absorbing >= 7/8 of the best absorbable amount.
-    int32_t best_absorbed = 0;
     tally_groups(topo, L, ws);
-    for (int level = min_level; level < num_levels; ++level) {
-      per_level[level] =
-          best_group_at(topo, level, o, give, ws, plan, num_broadcasts, e, latest[e] >= 0);
-      best_absorbed = std::max(best_absorbed, std::min(per_level[level].room, give));
-    }
-    if (best_absorbed <= 0) {
+    Choice g = choose_group(topo, min_level, o, give, ws, plan, num_broadcasts, e, latest[e] >= 0);
+    if (g.level < 0) {
       // NOTE: for an expert not exported yet, no eligible group of any level has room, and that
       // holds for every other candidate of o as well (only an exported expert's own groups are
       // skipped): the passes that would spend them one by one change nothing else, and then
@@ -251,13 +274,12 @@ void place_room_aware(const Topology& topo, const HaloQOptions& options, int32_t
       ws.next_candidate[e] = 1;
       continue;
     }
-    Choice g;
-    for (int level = num_levels - 1; level >= min_level; --level) {
-      const int32_t absorbed = std::min(per_level[level].room, give);
-      if (absorbed > 0 && int64_t{absorbed} * 8 >= int64_t{best_absorbed} * 7) {
-        g = per_level[level];
-        break;
-      }
+    if (second_choice && num_broadcasts == 0) {
+      // The first broadcast takes the group chosen with the rule's own choice left out, where
+      // one has room (plan_iser's second-choice rungs).
+      const Choice other =
+          choose_group(topo, min_level, o, give, ws, plan, num_broadcasts, e, latest[e] >= 0, g);
+      if (other.level >= 0) g = other;
     }
 
     const int size = topo.group_size(g.level);
@@ -524,17 +546,27 @@ void plan_iser(const Topology& topo, const CountMatrix& counts, const HaloQOptio
   // (M − F) · j / steps, from F = max(reachable, the slot budget's water level) toward M, the
   // best plan's max load so far (both fixed before the first): owners at or below W_j export
   // nothing. Each is finished as above and kept only when strictly better.
+  // Then (options.iser_second_choice) the same rungs again, each with its first broadcast in the
+  // group chosen with the rule's own choice left out: the first broadcast is the busiest owner's
+  // largest give, and where no finest group can absorb all of it, the roomiest one and one
+  // nearly as roomy lead to different plans; which is better shows only after the later
+  // broadcasts (on the skew families at EP16 and EP72 it is now one, now the other:
+  // docs/evaluation.md).
   if (options.iser_finest_ladder && max_load(plan) > stop_at && slots_nearly_spent(topo, plan)) {
     const int32_t lowest = std::max(reachable, slot_budget_water(topo, ws));
     const int32_t top = max_load(plan);
-    for (int j = 0; j < kIserFinestLadderSteps && lowest < top; ++j) {
-      const int32_t water =
-          lowest + static_cast<int32_t>(int64_t{top - lowest} * j / kIserFinestLadderSteps);
-      start_alternative();
-      place_room_aware(topo, options, 0, false, ws, ws.alternative, water, /*finest_only=*/true);
-      level_quotas(topo, ws, ws.alternative);
-      finish_candidate(topo, options, stop_at, ws, ws.alternative);
-      keep_better();
+    for (const bool second_choice : {false, true}) {
+      if (second_choice && !options.iser_second_choice) break;
+      for (int j = 0; j < kIserFinestLadderSteps && lowest < top; ++j) {
+        const int32_t water =
+            lowest + static_cast<int32_t>(int64_t{top - lowest} * j / kIserFinestLadderSteps);
+        start_alternative();
+        place_room_aware(topo, options, 0, false, ws, ws.alternative, water, /*finest_only=*/true,
+                         second_choice);
+        level_quotas(topo, ws, ws.alternative);
+        finish_candidate(topo, options, stop_at, ws, ws.alternative);
+        keep_better();
+      }
     }
   }
   // The owner serves its quota from its home slot: with an expert in two groups the owner may
