@@ -217,6 +217,7 @@ struct IserCandidates {
   unsigned long long cost[kIserParallelBlocks];
   int num[kIserParallelBlocks];
   int discard_from;
+  int second_choice_gate;  // the finest ladder's LadderStart::second_choice_gate
 };
 static __shared__ IserCandidates iser_candidates;
 

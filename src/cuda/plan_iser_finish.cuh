@@ -24,6 +24,8 @@
 // when strictly better.
 #pragma once
 
+#include <climits>
+
 #include "cuda/plan_iser.cuh"
 #include "cuda/plan_iser_chains.cuh"
 #include "cuda/plan_iser_top_up.cuh"
@@ -136,6 +138,11 @@ struct LadderStart {
     return lowest +
            static_cast<int>(static_cast<long long>(top - lowest) * j / kIserFinestLadderSteps);
   }
+  // The second-choice rungs run only while the best plan so far ends above this level (the CPU's
+  // max(lowest, stop_at)); never when the ladder does not run.
+  __device__ __forceinline__ int second_choice_gate(int T) const {
+    return run ? max(lowest, finish_level(T)) : INT_MAX;
+  }
 };
 
 __device__ __forceinline__ LadderStart ladder_start(const State& st, int T, int num_kept,
@@ -180,6 +187,8 @@ inline __device__ __noinline__ int finest_ladder(const State st, const PlanParam
   challenger.use_buffer(1);
 #pragma unroll 1
   for (int k = 0; k < 2 * kIserFinestLadderSteps; ++k) {
+    if (k == kIserFinestLadderSteps && static_cast<int>(cost_kept >> 32) <= l.second_choice_gate(T))
+      break;
     // NOTE: PlanSmem::finish_scratch_words (pair_head .. pair_items) >= 6 max_broadcasts + 5 P,
     // what level_chains and top_up_exports take (checked on the host).
     const int num = ladder_rung(challenger, p, T, l.water(k % kIserFinestLadderSteps),
@@ -322,8 +331,12 @@ __device__ __forceinline__ int finish_parallel(const State& st, const PlanParams
   const bool ladder_warp = warp >= 1 && warp <= kIserFinestLadderSteps;
   LadderStart l;
   if (ladder_warp) l = ladder_start(st, T, num, lane);
+  if (warp == 1 && lane == 0) iser_candidates.second_choice_gate = l.second_choice_gate(T);
 #pragma unroll 1
   for (int form = 0; form < 2; ++form) {
+    // The second-choice rungs only while the best so far ends above the gate (every thread
+    // reads it after the first form's barriers).
+    if (form == 1 && static_cast<int>(cost_kept >> 32) <= iser_candidates.second_choice_gate) break;
     if (ladder_warp) ladder_rung_warp(st, p, T, l, /*second_choice=*/form == 1, warp, lane);
     __syncthreads();
     int rung = 0;
