@@ -61,9 +61,9 @@ struct HaloQOptions {
   // breadth-first candidates, try the finest ladder (plan_iser; the GPU planner always does). Off
   // only to measure what it adds (tests, ablations).
   bool iser_finest_ladder = true;
-  // iser only: the finest ladder runs its rungs a second time, each with its first broadcast in
-  // the group chosen with the rule's own choice left out (plan_iser; the GPU planner always
-  // does). Off only to measure what it adds (tests, ablations).
+  // iser only: the finest ladder runs its upper kIserSecondChoiceRungs rungs a second time, each
+  // with its first broadcast in the group chosen with the rule's own choice left out (plan_iser;
+  // the GPU planner always does). Off only to measure what it adds (tests, ablations).
   bool iser_second_choice = true;
 };
 
@@ -164,6 +164,10 @@ inline constexpr int kIserChainSteps = 1;
 // free in the plan before it).
 inline constexpr int kIserFinestLadderSteps = 4;
 inline constexpr int kIserFinestLadderFreeDivisor = 8;
+// The ladder's upper kIserSecondChoiceRungs water levels run a second time, with the first
+// broadcast in the second-choice group (HaloQOptions::iser_second_choice).
+inline constexpr int kIserSecondChoiceRungs = 2;
+static_assert(kIserSecondChoiceRungs >= 1 && kIserSecondChoiceRungs <= kIserFinestLadderSteps);
 void plan_iser(const Topology& topo, const CountMatrix& counts, const HaloQOptions& options,
                PlannerWorkspace& ws, Plan& plan);
 Plan plan_iser(const Topology& topo, const CountMatrix& counts, const HaloQOptions& options = {});

@@ -16,7 +16,8 @@
 //   copied over block 0 when it wins. So the sequential form needs two candidate blocks only.
 // Then, still above finish_level with the helper slots nearly spent, the finest ladder: the
 // room-aware placement on the finest groups only at kIserFinestLadderSteps water levels, each
-// leveled and finished, the CPU's comparisons in rung order; then the same rungs in their
+// leveled and finished, the CPU's comparisons in rung order; then, while the best plan ends
+// above max(lowest water level, finish_level), the upper kIserSecondChoiceRungs rungs in their
 // second-choice form (the first broadcast in the group chosen with the rule's own choice left
 // out). Parallel (ladder_rung_warp): the rungs of one form at once on warps 1 ..
 // kIserFinestLadderSteps in their own blocks, the winner copied into block 0, then the other
@@ -176,8 +177,9 @@ __device__ __forceinline__ int ladder_rung(const State& mine, const PlanParams& 
 }
 
 // The sequential form's ladder (warp 0, every lane): the rungs one after the other in block 1,
-// then the second-choice rungs, each copied over block 0 when strictly better. Returns the kept
-// plan's number of broadcasts. Out of line, State and PlanParams by value (as finish_sequential).
+// then the upper rungs' second-choice form, each copied over block 0 when strictly better. Returns
+// the kept plan's number of broadcasts. Out of line, State and PlanParams by value (as
+// finish_sequential).
 inline __device__ __noinline__ int finest_ladder(const State st, const PlanParams p, int T,
                                                  int num_kept, int lane) {
   const LadderStart l = ladder_start(st, T, num_kept, lane);
@@ -186,13 +188,15 @@ inline __device__ __noinline__ int finest_ladder(const State st, const PlanParam
   State challenger = st;
   challenger.use_buffer(1);
 #pragma unroll 1
-  for (int k = 0; k < 2 * kIserFinestLadderSteps; ++k) {
+  for (int k = 0; k < kIserFinestLadderSteps + kIserSecondChoiceRungs; ++k) {
     if (k == kIserFinestLadderSteps && static_cast<int>(cost_kept >> 32) <= l.second_choice_gate(T))
       break;
     // NOTE: PlanSmem::finish_scratch_words (pair_head .. pair_items) >= 6 max_broadcasts + 5 P,
     // what level_chains and top_up_exports take (checked on the host).
-    const int num = ladder_rung(challenger, p, T, l.water(k % kIserFinestLadderSteps),
-                                k >= kIserFinestLadderSteps, st.pair_head, lane);
+    // k >= kIserFinestLadderSteps: the second-choice form of the upper rungs.
+    const bool second_choice = k >= kIserFinestLadderSteps;
+    const int j = second_choice ? k - kIserSecondChoiceRungs : k;
+    const int num = ladder_rung(challenger, p, T, l.water(j), second_choice, st.pair_head, lane);
     const unsigned long long cost = candidate_cost(challenger, num, lane);
     if (cost < cost_kept) {  // ties: the kept plan
       cost_kept = cost;
@@ -216,7 +220,8 @@ inline __device__ __noinline__ void ladder_rung_warp(const State st, const PlanP
                                                      int warp, int lane) {
   unsigned long long cost = ~0ull;
   int num = 0;
-  if (l.run) {
+  // The second-choice form runs the upper kIserSecondChoiceRungs rungs only.
+  if (l.run && (!second_choice || warp > kIserFinestLadderSteps - kIserSecondChoiceRungs)) {
     State mine = st;
     mine.use_buffer(warp);
     int* scratch = warp < kIserFinestLadderSteps
@@ -325,8 +330,7 @@ __device__ __forceinline__ int finish_parallel(const State& st, const PlanParams
   int num = iser_candidates.num[kept];
   // The finest ladder: its rungs at once on warps 1 .. kIserFinestLadderSteps, then the CPU's
   // comparisons in rung order (a rung is kept only when strictly better); then the same for the
-  // second-choice rungs, in blocks 1 .. kIserFinestLadderSteps again (the winner so far sits in
-  // block 0).
+  // upper rungs' second-choice form, in their blocks again (the winner so far sits in block 0).
   __syncthreads();  // block 0 holds the finished plan; every thread has read num
   const bool ladder_warp = warp >= 1 && warp <= kIserFinestLadderSteps;
   LadderStart l;

@@ -547,10 +547,12 @@ void plan_iser(const Topology& topo, const CountMatrix& counts, const HaloQOptio
   // best plan's max load so far (both fixed before the first): owners at or below W_j export
   // nothing. Each is finished as above and kept only when strictly better.
   // Then (options.iser_second_choice), while the best plan so far ends above both stop_at and
-  // the lowest water level (the slot budget's bound, below which no plan gets), the same rungs
-  // again, each with its first broadcast in the group chosen with the rule's own choice left
-  // out: the first broadcast is the busiest owner's largest give, and where no finest group can
-  // absorb all of it, the roomiest one and one nearly as roomy lead to different plans; which
+  // the lowest water level (the slot budget's bound, below which no plan gets), the upper
+  // kIserSecondChoiceRungs rungs again (where the second choice won most on the skew families;
+  // all four cost 2.1x the planner instructions of main 4960c43 at heavy skew, EP8, issue #26's
+  // limit is 2x), each with its first broadcast in the group chosen with the rule's own choice
+  // left out: the first broadcast is the busiest owner's largest give, and where no finest group
+  // can absorb all of it, the roomiest one and one nearly as roomy lead to different plans; which
   // is better shows only after the later broadcasts (on the skew families at EP16 and EP72 it is
   // now one, now the other: docs/evaluation.md). Checked once, before the first of them (the
   // GPU planner runs them at once).
@@ -562,7 +564,8 @@ void plan_iser(const Topology& topo, const CountMatrix& counts, const HaloQOptio
           (!options.iser_second_choice || max_load(plan) <= std::max(lowest, stop_at))) {
         break;
       }
-      for (int j = 0; j < kIserFinestLadderSteps && lowest < top; ++j) {
+      const int first = second_choice ? kIserFinestLadderSteps - kIserSecondChoiceRungs : 0;
+      for (int j = first; j < kIserFinestLadderSteps && lowest < top; ++j) {
         const int32_t water =
             lowest + static_cast<int32_t>(int64_t{top - lowest} * j / kIserFinestLadderSteps);
         start_alternative();
