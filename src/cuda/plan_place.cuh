@@ -603,12 +603,18 @@ __device__ __forceinline__ int place_ranks(const State& st, const PlanParams& p,
         give = min(load_o - water, mass);
         latest = st.expert_broadcast[expert];
         const int min_level = finest_only ? st.num_levels - 1 : 0;
-        g = choose_group_room_aware<K>(st, sums, give, latest, min_level, GroupChoice{}, lane);
-        if (second_choice && num_broadcasts == 0 && g.level >= 0) {
-          // The first broadcast: the group chosen with g left out, where one has room.
-          const GroupChoice other =
-              choose_group_room_aware<K>(st, sums, give, latest, min_level, g, lane);
-          if (other.level >= 0) g = other;
+        // The second-choice form's first broadcast: the search again with g left out, taken
+        // where it finds a group with room. One call site (code size is instruction-fetch time).
+        const bool again = second_choice && num_broadcasts == 0;
+        GroupChoice left_out;
+#pragma unroll 1
+        for (int attempt = 0; attempt < 2; ++attempt) {
+          const GroupChoice c =
+              choose_group_room_aware<K>(st, sums, give, latest, min_level, left_out, lane);
+          if (attempt == 0) g = c;
+          if (attempt == 1 && c.level >= 0) g = c;
+          if (!again || g.level < 0 || attempt == 1) break;
+          left_out = g;
         }
         // No room for an expert not exported yet: none for any of o's (see above); o freezes.
         freeze = g.level < 0 && latest < 0;
