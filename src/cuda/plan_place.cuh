@@ -400,6 +400,26 @@ __device__ GroupChoice choose_group_room_aware(const State& st, const GroupSums<
   return g;
 }
 
+// The group of a room-aware pass: choose_group_room_aware from min_level; with `second` (the
+// second-choice form's first broadcast) the search again with that group left out, taken where it
+// finds a group with room. One call site (code size is instruction-fetch time here).
+template <int K>
+__device__ __forceinline__ GroupChoice room_aware_group(const State& st, const GroupSums<K>& sums,
+                                                        int give, int latest, int min_level,
+                                                        bool second, int lane) {
+  GroupChoice g;
+  GroupChoice left_out;
+#pragma unroll 1
+  for (int attempt = 0; attempt < 2; ++attempt) {
+    const GroupChoice c =
+        choose_group_room_aware<K>(st, sums, give, latest, min_level, left_out, lane);
+    if (attempt == 0 || c.level >= 0) g = c;
+    if (!second || g.level < 0 || attempt == 1) break;
+    left_out = g;
+  }
+  return g;
+}
+
 // Room-aware placement's expert of owner o: the largest share left[] among its home experts not
 // spent, returned (0: none); best_v / best_i: the lane's own best (ties to the smaller id).
 __device__ __forceinline__ unsigned largest_share(const State& st, int o, int H, int lane,
@@ -602,20 +622,8 @@ __device__ __forceinline__ int place_ranks(const State& st, const PlanParams& p,
         mass = static_cast<int>(share);
         give = min(load_o - water, mass);
         latest = st.expert_broadcast[expert];
-        const int min_level = finest_only ? st.num_levels - 1 : 0;
-        // The second-choice form's first broadcast: the search again with g left out, taken
-        // where it finds a group with room. One call site (code size is instruction-fetch time).
-        const bool again = second_choice && num_broadcasts == 0;
-        GroupChoice left_out;
-#pragma unroll 1
-        for (int attempt = 0; attempt < 2; ++attempt) {
-          const GroupChoice c =
-              choose_group_room_aware<K>(st, sums, give, latest, min_level, left_out, lane);
-          if (attempt == 0) g = c;
-          if (attempt == 1 && c.level >= 0) g = c;
-          if (!again || g.level < 0 || attempt == 1) break;
-          left_out = g;
-        }
+        g = room_aware_group<K>(st, sums, give, latest, finest_only ? st.num_levels - 1 : 0,
+                                second_choice && num_broadcasts == 0, lane);
         // No room for an expert not exported yet: none for any of o's (see above); o freezes.
         freeze = g.level < 0 && latest < 0;
         if (g.level < 0 && !freeze) {
