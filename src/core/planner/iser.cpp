@@ -34,8 +34,8 @@
 //     fewest broadcasts first), finished the same way, each kept only when strictly better.
 //  8. Still above it: the finest ladder, room-aware placements on the finest groups only at
 //     water levels from the slot budget's bound up toward the best max load, finished the same
-//     way, each kept only when strictly better (where every helper slot is needed); then the same
-//     rungs with the first broadcast in the second-choice group.
+//     way, each kept only when strictly better (where every helper slot is needed); then its
+//     upper two rungs with the first broadcast in the second-choice group.
 // Quota bookkeeping for an expert broadcast k times: the owner's remaining share sits in the
 // latest broadcast of that expert (earlier ones then hold 0 for the owner); members of each
 // broadcast hold what they took. Σ quotas = hist[e] per expert.
